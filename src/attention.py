@@ -1,0 +1,169 @@
+"""Attention: the maths in one place.
+
+`attend` is scaled dot-product attention with two implementations behind one
+interface:
+
+- "reference": the plain masked-softmax written out in three lines, the version
+  to read and the one the tests trust;
+- "fast": PyTorch's fused `scaled_dot_product_attention` on CUDA, where it wins;
+  on CPU the same plain matmul-softmax (measured: the fused CPU kernel's backward
+  is slower than plain bf16 matmuls on this 2-core machine, see bench/).
+
+The modules below add the learned projections. Their parameter names (`key`,
+`query`, `value`, `proj`) and the persistent `mask` buffer match the course
+handout, so its params files load strictly in both directions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+IMPLS = ("fast", "reference")
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    impl: str = "reference",
+) -> torch.Tensor:
+    """Scaled dot-product attention.
+
+    q: (B, nh, Tq, hs); k, v: (B, nh, Tk, hs); mask: bool, broadcastable to
+    (B, nh, Tq, Tk), True where a query may look at a key (None: no mask).
+    Returns (B, nh, Tq, hs). Every query row must be allowed at least one key.
+    """
+    if impl == "fast" and q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, Tq, Tk)
+    if mask is not None:
+        att = att.masked_fill(~mask, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    if dropout_p > 0.0:
+        att = F.dropout(att, p=dropout_p)
+    return att @ v  # (B, nh, Tq, hs)
+
+
+def causal_mask(size_q: int, size_k: int | None = None) -> torch.Tensor:
+    """(1, 1, Tq, Tk) float mask: 1 where query i may see key j <= i, else 0."""
+    size_k = size_q if size_k is None else size_k
+    return torch.tril(torch.ones(size_q, size_k)).view(1, 1, size_q, size_k)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with learned projections, no built-in mask.
+
+    forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask bool broadcastable to
+    (B, nh, Tq, Tk) or None) -> (B, Tq, C). Used directly by the AddSub
+    encoder-decoder; the GPT uses the causal subclasses below.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
+        super().__init__()
+        assert n_embd % n_head == 0, "n_embd must be divisible by n_head"
+        self.key = nn.Linear(n_embd, n_embd)
+        self.query = nn.Linear(n_embd, n_embd)
+        self.value = nn.Linear(n_embd, n_embd)
+        self.proj = nn.Linear(n_embd, n_embd)
+        self.attn_pdrop = attn_pdrop
+        self.resid_drop = nn.Dropout(resid_pdrop)
+        self.n_head = n_head
+        self.impl = "reference"  # set by the model: "fast" or "reference"
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, nh, T, hs)"""
+        B, T, C = x.shape
+        return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+
+    def merge_heads(self, y: torch.Tensor) -> torch.Tensor:
+        """(B, nh, T, hs) -> (B, T, C)"""
+        B, nh, T, hs = y.shape
+        return y.transpose(1, 2).contiguous().view(B, T, nh * hs)
+
+    def attend_projected(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Attention over already-split heads, then the output projection: -> (B, Tq, C)."""
+        p = self.attn_pdrop if self.training else 0.0
+        y = attend(q, k, v, mask, dropout_p=p, impl=self.impl)
+        return self.resid_drop(self.proj(self.merge_heads(y)))
+
+    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        q = self.split_heads(self.query(x_q))
+        k = self.split_heads(self.key(x_kv))
+        v = self.split_heads(self.value(x_kv))
+        return self.attend_projected(q, k, v, mask)
+
+
+class CausalSelfAttention(MultiHeadAttention):
+    """Masked self-attention: position i sees positions <= i.
+
+    forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds
+    only the new positions; their keys and values are appended to the cache and
+    the queries see everything cached so far (greedy decoding, one step each).
+    """
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
+        super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
+        # Persistent buffer: the handout's params files contain it, so a strict
+        # load_state_dict needs it in both directions.
+        self.register_buffer("mask", causal_mask(block_size))
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        T = x.size(1)
+        q = self.split_heads(self.query(x))
+        k = self.split_heads(self.key(x))
+        v = self.split_heads(self.value(x))
+        start = 0
+        if cache is not None:
+            start = cache.length
+            k, v = cache.append(k, v)
+        mask = self.mask[:, :, start : start + T, : start + T].bool()
+        return self.attend_projected(q, k, v, mask)
+
+
+class CausalCrossAttention(MultiHeadAttention):
+    """Cross-attention that keeps the causal rule: query i sees keys j <= i.
+
+    forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C). Used by the
+    perceiver's down-projection (queries: the learned basis) and up-projection
+    (queries: the input positions). The argument order follows the handout.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
+        super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
+        self.register_buffer("mask", causal_mask(block_size))
+
+    def forward(self, x_kv: torch.Tensor, x_q: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        Tk, Tq = x_kv.size(1), x_q.size(1)
+        mask = self.mask[:, :, :Tq, :Tk].bool()
+        return super().forward(x_q, x_kv, mask)
+
+
+class KVCache:
+    """Keys and values of the positions decoded so far, for one attention layer.
+
+    append(k, v) takes (B, nh, T_new, hs) and returns the full (B, nh, T, hs).
+    """
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.size(2)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)
+            self.v = torch.cat([self.v, v], dim=2)
+        return self.k, self.v

@@ -1,0 +1,302 @@
+"""Data: the character vocabulary, the span-corruption pretraining set and the
+birth-place question set.
+
+Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`,
+each a LongTensor of length block_size - 1), which the reference training path
+feeds through a `DataLoader`. The fast path instead asks for a whole epoch of
+batches at once (`epoch_batches`): built with numpy in one go, grouped by
+length and cropped so that no compute is spent on padding.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from utils import UserError
+
+PAD_CHAR = "\u25a1"  # □, id 0; ignored by the loss
+MASK_CHAR = "\u2047"  # ⁇, id 1; marks the start of a masked span and of an answer
+
+
+class Vocabulary:
+    """Character <-> id map: PAD = 0, MASK = 1, then the sorted characters of a corpus."""
+
+    def __init__(self, chars: list[str]):
+        if PAD_CHAR in chars or MASK_CHAR in chars:
+            raise UserError(f"the corpus contains the reserved characters {PAD_CHAR!r} or {MASK_CHAR!r}")
+        self.itos = [PAD_CHAR, MASK_CHAR] + sorted(set(chars))
+        self.stoi = {c: i for i, c in enumerate(self.itos)}
+
+    @classmethod
+    def from_text(cls, text: str) -> Vocabulary:
+        return cls(sorted(set(text)))
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str, where: str = "input") -> list[int]:
+        """Ids of `text`; a character outside the vocabulary is a UserError naming `where`."""
+        try:
+            return [self.stoi[c] for c in text]
+        except KeyError as e:
+            c = e.args[0]
+            raise UserError(
+                f"{where}: character {c!r} (U+{ord(c):04X}) is not in the vocabulary of the pretraining corpus"
+            ) from None
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.itos[i] for i in ids)
+
+
+def read_text(path: str | Path) -> str:
+    """A whole UTF-8 file, or a UserError saying why it cannot be read."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+
+
+# ---------------------------------------------------------------------------
+# Pretraining: span corruption
+
+
+@dataclass
+class CorruptionDraw:
+    """The three random numbers behind one corrupted example."""
+
+    truncated_len: int  # length the document is cut to (<= its own length)
+    masked_len: int  # length of the span moved to the end
+    start: int  # where the span starts in the truncated document
+
+
+def max_truncated_len(block_size: int) -> int:
+    """Documents are cut to at most 7/8 of the block, leaving room for 2 MASKs."""
+    return int(block_size * 7 / 8)
+
+
+def masked_len_bound(truncated_len: int) -> int:
+    """Masked lengths are uniform on 1..bound, so their mean is truncated_len / 4 (exactly, for even lengths)."""
+    return max(1, truncated_len // 2 - 1)
+
+
+def corrupt(document: str, draw: CorruptionDraw, block_size: int) -> str:
+    """`prefix MASK suffix MASK masked`, right-padded with PAD to block_size characters."""
+    truncated = document[: draw.truncated_len]
+    a, m = draw.start, draw.masked_len
+    prefix, masked, suffix = truncated[:a], truncated[a : a + m], truncated[a + m :]
+    s = prefix + MASK_CHAR + suffix + MASK_CHAR + masked
+    return s + PAD_CHAR * (block_size - len(s))
+
+
+class CharCorruptionDataset(Dataset):
+    """Span-corruption examples, one per document (a line of the corpus) per epoch.
+
+    ds[i] -> (x, y), LongTensors of length block_size - 1, y = x shifted by one.
+    The corpus also defines the vocabulary (`stoi`, `itos`, `vocab_size`).
+    """
+
+    def __init__(self, data: str, block_size: int, source: str = "corpus"):
+        self.vocab = Vocabulary.from_text(data)
+        self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
+        self.vocab_size = len(self.vocab)
+        self.block_size = block_size
+        self.example_length = block_size - 1
+        # Empty lines (e.g. after the final newline) are not documents.
+        self.data = [line for line in data.split("\n") if line]
+        if not self.data:
+            raise UserError(f"{source}: contains no documents (no non-empty lines)")
+        # Documents as one padded id array, for vectorised batches.
+        self.doc_lengths = np.array([len(d) for d in self.data], dtype=np.int64)
+        width = max(int(self.doc_lengths.max()), block_size)
+        self.doc_ids = np.zeros((len(self.data), width), dtype=np.int64)
+        for i, d in enumerate(self.data):
+            self.doc_ids[i, : len(d)] = self.vocab.encode(d)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def draw(self, document: str, rng: random.Random) -> CorruptionDraw:
+        L = min(len(document), rng.randint(4, max_truncated_len(self.block_size)))
+        m = rng.randint(1, masked_len_bound(L))
+        return CorruptionDraw(L, m, rng.randint(0, max(0, L - m)))
+
+    def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        document = self.data[idx]
+        s = corrupt(document, self.draw(document, random), self.block_size)
+        ids = torch.tensor([self.stoi[c] for c in s], dtype=torch.long)
+        return ids[:-1], ids[1:]
+
+    def corrupted_ids(self, doc_index: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised `corrupt`: one example per entry of doc_index.
+
+        Returns (ids (N, block_size), real_len (N,)): the corrupted strings and
+        how many characters of each are not PAD. Same distribution as __getitem__.
+        """
+        n = len(doc_index)
+        L = np.minimum(self.doc_lengths[doc_index], rng.integers(4, max_truncated_len(self.block_size) + 1, n))
+        m = rng.integers(1, np.maximum(1, L // 2 - 1) + 1)
+        a = rng.integers(0, np.maximum(0, L - m) + 1)
+        L, m, a = L[:, None], m[:, None], a[:, None]
+        p = np.arange(self.block_size)[None, :]
+        # Position p of the output takes document character src[p] (or a marker):
+        # prefix [0, a) -> p; suffix (a, L-m] -> p-1+m; span [L-m+2, L+2) -> a+p-(L-m+2).
+        src = np.where(p < a, p, np.where(p <= L - m, p - 1 + m, a + p - (L - m + 2)))
+        src = np.clip(src, 0, self.doc_ids.shape[1] - 1)
+        ids = self.doc_ids[doc_index[:, None], src]
+        ids = np.where((p == a) | (p == L - m + 1), 1, ids)  # the two MASKs
+        ids = np.where(p >= L + 2, 0, ids)  # PAD
+        return ids, (L + 2)[:, 0]
+
+    def epoch_batches(
+        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of (x, y) batches, every document once, in random order.
+
+        With bucket=True examples of similar length share a batch (batches
+        shuffled) and each batch is cropped to its longest example: PAD targets
+        are ignored by the loss, so this changes no loss, only the work done.
+        """
+        order = rng.permutation(len(self))
+        ids, real_len = self.corrupted_ids(order, rng)
+        yield from _batches(ids, real_len, batch_size, rng, bucket)
+
+
+# ---------------------------------------------------------------------------
+# Finetuning and evaluation: "Where was X born?<TAB>Place"
+
+
+@dataclass
+class Question:
+    """One line of a birth-place file: the question, its gold place (or None) and its 1-based line number."""
+
+    text: str
+    place: str | None
+    line: int
+
+
+def read_questions(path: str | Path, require_place: bool) -> list[Question | None]:
+    """Parse a birth-place TSV. One entry per line of the file; blank lines give None.
+
+    Lines are `question<TAB>place`, or just `question` when require_place is
+    False. Either every non-blank line has a place or none has. A missing final
+    newline is fine; malformed lines are a UserError naming file and line.
+    """
+    text = read_text(path)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line, it does not start a new one
+    out: list[Question | None] = []
+    for n, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            out.append(None)
+            continue
+        if "\t" in line:
+            fields = line.split("\t")
+            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+                raise UserError(f"{path}:{n}: expected 'question<TAB>place' with both fields non-empty, got {line!r}")
+            out.append(Question(fields[0], fields[1], n))
+        elif require_place:
+            raise UserError(f"{path}:{n}: no tab; expected 'question<TAB>place', got {line!r}")
+        else:
+            out.append(Question(line, None, n))
+    questions = [q for q in out if q is not None]
+    if not questions:
+        raise UserError(f"{path}: contains no questions")
+    with_place = sum(q.place is not None for q in questions)
+    if 0 < with_place < len(questions):
+        first = next(q for q in questions if q.place is None)
+        raise UserError(f"{path}:{first.line}: no place, although other lines have one")
+    return out
+
+
+class NameDataset(Dataset):
+    """Finetuning examples `question MASK place MASK`, padded; only the answer is trained.
+
+    ds[i] -> (x, y), LongTensors of length block_size - 1; y is PAD over the
+    question so the loss covers MASK, the place and the closing MASK.
+    """
+
+    def __init__(self, pretraining_dataset: CharCorruptionDataset, path: str | Path):
+        self.vocab = pretraining_dataset.vocab
+        self.block_size = pretraining_dataset.block_size
+        self.example_length = self.block_size - 1
+        questions = [q for q in read_questions(path, require_place=True) if q is not None]
+        self.data = questions
+        rows = []
+        for q in questions:
+            s = q.text + MASK_CHAR + q.place + MASK_CHAR
+            if len(s) > self.block_size:
+                raise UserError(
+                    f"{path}:{q.line}: question and place take {len(s)} characters with their 2 MASKs; "
+                    f"block_size is {self.block_size}"
+                )
+            rows.append((self.vocab.encode(s, where=f"{path}:{q.line}"), len(q.text)))
+        self.ids = np.zeros((len(rows), self.block_size), dtype=np.int64)
+        self.question_len = np.array([n for _, n in rows], dtype=np.int64)
+        self.real_len = np.array([len(r) for r, _ in rows], dtype=np.int64)
+        for i, (r, _) in enumerate(rows):
+            self.ids[i, : len(r)] = r
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.from_numpy(self.ids[idx])
+        x, y = ids[:-1].clone(), ids[1:].clone()
+        y[: self.question_len[idx] - 1] = 0  # no loss on predicting the question itself
+        return x, y
+
+    def epoch_batches(
+        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of (x, y) batches in random order (see CharCorruptionDataset.epoch_batches)."""
+        order = rng.permutation(len(self))
+        ids = self.ids[order]
+        target_mask = np.arange(self.block_size)[None, :] >= self.question_len[order, None]
+        yield from _batches(ids, self.real_len[order], batch_size, rng, bucket, target_mask)
+
+
+def _batches(
+    ids: np.ndarray,
+    real_len: np.ndarray,
+    batch_size: int,
+    rng: np.random.Generator,
+    bucket: bool,
+    target_mask: np.ndarray | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Split (N, block_size) example ids into shifted (x, y) batches, optionally length-bucketed and cropped.
+
+    target_mask (N, block_size), if given, is True where s[p] is a trained target.
+    """
+    if target_mask is not None:
+        targets = np.where(target_mask, ids, 0)
+    else:
+        targets = ids
+    n = len(ids)
+    # A stable sort of an already shuffled order keeps the ties random.
+    order = np.argsort(real_len, kind="stable") if bucket else np.arange(n)
+    starts = list(range(0, n, batch_size))
+    if bucket:
+        rng.shuffle(starts)
+    for s in starts:
+        idx = order[s : s + batch_size]
+        # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
+        width = int(real_len[idx].max()) - 1 if bucket else ids.shape[1] - 1
+        x = torch.from_numpy(ids[idx, :width])
+        y = torch.from_numpy(targets[idx, 1 : width + 1])
+        yield x, y

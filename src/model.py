@@ -1,0 +1,175 @@
+"""The GPT: a vanilla stack of causal blocks, or the perceiver variant that
+runs its middle blocks on a short learned bottleneck.
+
+Names of modules and parameters follow the course handout exactly, so a
+`state_dict` saved here loads strictly into the handout model and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention import CausalCrossAttention, CausalSelfAttention, KVCache
+
+
+@dataclass
+class GPTConfig:
+    """Model hyperparameters; defaults are the handout's."""
+
+    vocab_size: int = 256
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 8
+    n_embd: int = 256
+    embd_pdrop: float = 0.1
+    resid_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    perceiver: bool = False
+    bottleneck_dim: int = 32
+
+
+def mlp(config: GPTConfig) -> nn.Sequential:
+    """Position-wise GELU MLP of width 4 * n_embd (indices 0 and 2 are the handout's names)."""
+    return nn.Sequential(
+        nn.Linear(config.n_embd, 4 * config.n_embd),
+        nn.GELU(),
+        nn.Linear(4 * config.n_embd, config.n_embd),
+        nn.Dropout(config.resid_pdrop),
+    )
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, config: GPTConfig, length: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop)
+        self.mlp = mlp(config)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), cache)
+        return x + self.mlp(self.ln2(x))
+
+
+class DownProjectBlock(nn.Module):
+    """Cross-attention from a learned basis C (1, m, C) onto the input: (B, T, C) -> (B, m, C).
+
+    Bottleneck position i attends to input positions <= i (the causal rule kept
+    across lengths), so no output ever depends on a later input token.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.C = nn.Parameter(torch.empty(1, config.bottleneck_dim, config.n_embd))
+        nn.init.xavier_uniform_(self.C)
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalCrossAttention(
+            config.n_embd, config.n_head, config.block_size, config.attn_pdrop, config.resid_pdrop
+        )
+        self.mlp = mlp(config)
+
+    def forward(self, x_input: torch.Tensor) -> torch.Tensor:
+        C = self.C.expand(x_input.size(0), -1, -1)
+        x = C + self.attn(self.ln1(x_input), self.ln1(C))
+        return x + self.mlp(self.ln2(x))
+
+
+class UpProjectBlock(nn.Module):
+    """Cross-attention from the input positions onto the bottleneck: (B, m, C), (B, T, C) -> (B, T, C).
+
+    Input position i attends to bottleneck positions <= i.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embd)
+        self.ln2 = nn.LayerNorm(config.n_embd)
+        self.attn = CausalCrossAttention(
+            config.n_embd, config.n_head, config.block_size, config.attn_pdrop, config.resid_pdrop
+        )
+        self.mlp = mlp(config)
+
+    def forward(self, y: torch.Tensor, x_input: torch.Tensor) -> torch.Tensor:
+        x = x_input + self.attn(self.ln1(y), self.ln1(x_input))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
+
+    The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to
+    block_size; a shorter T computes the same logits for its positions.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
+        # Zero-initialised like the handout's (minGPT's) position table.
+        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        self.drop = nn.Dropout(config.embd_pdrop)
+        if config.perceiver:
+            self.down_block = DownProjectBlock(config)
+            self.blocks = nn.Sequential(*[Block(config, config.bottleneck_dim) for _ in range(config.n_layer - 2)])
+            self.up_block = UpProjectBlock(config)
+        else:
+            self.blocks = nn.Sequential(*[Block(config, config.block_size) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            module.weight.data.normal_(mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                module.bias.data.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.bias.data.zero_()
+            module.weight.data.fill_(1.0)
+
+    def get_block_size(self) -> int:
+        return self.config.block_size
+
+    def set_impl(self, impl: str) -> None:
+        """Choose the attention implementation ("fast" or "reference") for every layer."""
+        for m in self.modules():
+            if hasattr(m, "impl"):
+                m.impl = impl
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        caches: list[KVCache] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, t = idx.size()
+        start = caches[0].length if caches else 0
+        assert start + t <= self.config.block_size, "sequence longer than block_size"
+        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, start : start + t, :])  # (B, T, C)
+        if self.config.perceiver:
+            assert caches is None, "the perceiver has no KV cache: its bottleneck mixes every position"
+            y = self.down_block(x)  # (B, m, C)
+            y = self.blocks(y)
+            x = self.up_block(y, x)  # (B, T, C)
+        elif caches is not None:
+            for block, cache in zip(self.blocks, caches, strict=True):
+                x = block(x, cache)
+        else:
+            x = self.blocks(x)
+        logits = self.head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=0)
+        return logits, loss
+
+    def new_caches(self) -> list[KVCache]:
+        """One empty KV cache per block (vanilla only)."""
+        return [KVCache() for _ in self.blocks]

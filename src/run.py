@@ -1,0 +1,370 @@
+"""Command line: pretrain, finetune or evaluate a character GPT on the birth-place task.
+
+    python src/run.py pretrain vanilla wiki.txt --writing_params_path vanilla.pretrain.params
+    python src/run.py finetune vanilla wiki.txt --reading_params_path vanilla.pretrain.params \\
+        --writing_params_path vanilla.finetune.params --finetune_corpus_path birth_places_train.tsv
+    python src/run.py evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \\
+        --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions
+
+The pretraining corpus (third argument) defines the vocabulary in every mode.
+A bare data file name that is not in the current folder is looked up in data/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from dataset import MASK_CHAR, CharCorruptionDataset, NameDataset, Vocabulary, read_questions, read_text
+from model import GPT, GPTConfig
+from trainer import Trainer, TrainerConfig
+from utils import (
+    UserError,
+    evaluate_places,
+    greedy_decode_batch,
+    pick_device,
+    sample,
+    seed_everything,
+    torch_load_safe,
+    torch_save_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BLOCK_SIZE = 128
+MAX_ANSWER_CHARS = 32  # greedy decoding stops after this many characters, as in the handout
+
+
+# ---------------------------------------------------------------------------
+# Paths and params files
+
+
+def find_data_file(name: str | None, what: str) -> Path | None:
+    """`name` as given if it exists; a bare name missing here is looked up in data/ (and we say so)."""
+    if name is None:
+        return None
+    path = Path(name)
+    if path.exists():
+        return path
+    candidate = REPO_ROOT / "data" / path.name
+    if path.parent == Path(".") and candidate.exists():
+        print(f"{what}: {name} is not in the current folder; using {candidate}")
+        return candidate
+    hint = " (run the data step: python data/get_data.py)" if path.parent == Path(".") else ""
+    raise UserError(f"{name}: {what} not found{hint}")
+
+
+def check_output_folder(path: str | None, flag: str) -> None:
+    """Fail before any work, not after hours of training, if an output cannot be written."""
+    if path is None:
+        return
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: folder {parent} does not exist")
+
+
+def sidecar_path(params_path: str | Path) -> Path:
+    return Path(f"{params_path}.json")
+
+
+def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
+    """What a params file must agree on to be loaded: stored beside it as JSON."""
+    return {
+        "variant": "perceiver" if config.perceiver else "vanilla",
+        "bottleneck_dim": config.bottleneck_dim if config.perceiver else None,
+        "block_size": config.block_size,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_embd": config.n_embd,
+        "vocab_size": config.vocab_size,
+        "vocab": "".join(vocab.itos),
+    }
+
+
+def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
+    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch_save_atomic(state, path)
+    write_json_atomic(sidecar_path(path), {**model_description(model.config, vocab), **extra})
+
+
+def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
+    """Load `path` into `model`, refusing a file made for another model with a message naming the mismatch."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--reading_params_path {path}: file not found")
+    want = model_description(model.config, vocab)
+    side = sidecar_path(p)
+    if side.is_file():
+        try:
+            have = json.loads(side.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{side}: unreadable sidecar ({e})") from None
+        for key in want:
+            if key in have and have[key] != want[key]:
+                shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
+                raise UserError(f"{path}: params do not fit this model: {key} {shown} (from {side.name})")
+    state = torch_load_safe(p)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(f"{path}: not a state_dict of tensors")
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        kind = "perceiver" if "down_block.C" in state else "vanilla"
+        raise UserError(
+            f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    for k, v in state.items():
+        if v.shape != expected[k].shape:
+            raise UserError(
+                f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
+                "(another bottleneck_dim, vocabulary or model size?)"
+            )
+    model.load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------
+# Modes
+
+
+def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
+    config = GPTConfig(
+        vocab_size=vocab_size,
+        block_size=BLOCK_SIZE,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        n_embd=args.n_embd,
+        perceiver=args.variant == "perceiver",
+        bottleneck_dim=args.bottleneck_dim,
+    )
+    if config.n_embd % config.n_head:
+        raise UserError(f"--n_embd {config.n_embd} must be divisible by --n_head {config.n_head}")
+    if config.perceiver and config.n_layer < 2:
+        raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
+    if config.perceiver and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
+        raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {config.bottleneck_dim}")
+    model = GPT(config)
+    model.set_impl(args.impl)
+    return model
+
+
+def trainer_config(args: argparse.Namespace, mode: str, pretrain_len: int, pretrained: bool) -> TrainerConfig:
+    """The handout's settings for each mode; --max_epochs/--batch_size/... override them."""
+    if mode == "pretrain":
+        epochs, batch, lr = 650, 128, args.pretrain_lr
+    else:
+        epochs, batch, lr = (10 if pretrained else 75), 256, args.finetune_lr
+    return TrainerConfig(
+        max_epochs=args.max_epochs if args.max_epochs is not None else epochs,
+        batch_size=args.batch_size if args.batch_size is not None else batch,
+        learning_rate=lr,
+        lr_decay=True,
+        warmup_tokens=512 * 20,
+        final_tokens=200 * pretrain_len * BLOCK_SIZE,
+        cosine_cap=args.cosine_cap,
+        num_workers=args.num_workers,
+        max_steps=args.max_steps,
+        impl=args.impl,
+        bf16=not args.fp32,
+        seed=args.seed,
+    )
+
+
+def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, model: GPT, device, writer) -> None:
+    if args.writing_params_path is None:
+        raise UserError(f"{args.function} needs --writing_params_path")
+    check_output_folder(args.writing_params_path, "--writing_params_path")
+    if args.function == "pretrain":
+        dataset = pretrain_dataset
+    else:
+        if args.finetune_corpus_path is None:
+            raise UserError("finetune needs --finetune_corpus_path")
+        path = find_data_file(args.finetune_corpus_path, "finetune corpus")
+        dataset = NameDataset(pretrain_dataset, path)
+    if args.reading_params_path is not None:
+        load_params(model, pretrain_dataset.vocab, args.reading_params_path)
+    cfg = trainer_config(args, args.function, len(pretrain_dataset), args.reading_params_path is not None)
+    writer.add_text("config", json.dumps({"args": vars(args), "trainer": asdict(cfg)}, indent=1))
+    print(
+        f"{args.function} {args.variant}: {len(dataset)} examples, {cfg.max_epochs} epochs, batch {cfg.batch_size}, "
+        f"lr {cfg.learning_rate:g}, impl {cfg.impl}, device {device}"
+    )
+    t0 = time.time()
+    trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar)
+    losses = trainer.train()
+    seconds = time.time() - t0
+    save_params(
+        model,
+        pretrain_dataset.vocab,
+        args.writing_params_path,
+        {"trainer": asdict(cfg), "steps": trainer.step, "final_loss": losses[-1] if losses else None},
+    )
+    print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
+
+
+def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, device: torch.device) -> list[str]:
+    """Greedy answers: each question + MASK is continued until the next MASK (or 32 characters)."""
+    model.eval()
+    prompts = [q + MASK_CHAR for q in questions]
+    block = model.get_block_size()
+    mask_id = vocab.stoi[MASK_CHAR]
+    encoded = [vocab.encode(p) for p in prompts]
+    answers: list[list[int]] = []
+    if impl == "reference":
+        for ids in tqdm(encoded, desc="decoding", leave=False):
+            x = torch.tensor([ids], dtype=torch.long, device=device)
+            steps = min(MAX_ANSWER_CHARS, block - len(ids))
+            out = sample(model, x, steps, sample=False)[0, len(ids) :].tolist()
+            answers.append(out)
+    else:
+        chunk = 512
+        for i in tqdm(range(0, len(encoded), chunk), desc="decoding", leave=False):
+            answers += greedy_decode_batch(
+                next_logits_fn(model), encoded[i : i + chunk], MAX_ANSWER_CHARS, mask_id, block, device
+            )
+    return [vocab.decode(a).split(MASK_CHAR)[0] for a in answers]
+
+
+def next_logits_fn(model: GPT):
+    """next_logits(tokens (B, t), t) for greedy_decode_batch: a KV cache for vanilla, a full recompute for the perceiver."""
+    if model.config.perceiver:
+        return lambda tokens, t: model(tokens)[0][:, -1, :]
+    caches = model.new_caches()
+
+    def next_logits(tokens: torch.Tensor, t: int) -> torch.Tensor:
+        new = tokens[:, caches[0].length : t]  # only the positions the cache has not seen
+        return model(new, caches=caches)[0][:, -1, :]
+
+    return next_logits
+
+
+def evaluate(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, model: GPT, device, writer) -> None:
+    for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
+        if getattr(args, flag) is None:
+            raise UserError(f"evaluate needs --{flag}")
+    check_output_folder(args.outputs_path, "--outputs_path")
+    path = find_data_file(args.eval_corpus_path, "eval corpus")
+    entries = read_questions(path, require_place=False)
+    vocab = pretrain_dataset.vocab
+    for q in entries:
+        if q is None:
+            continue
+        vocab.encode(q.text, where=f"{path}:{q.line}")
+        if len(q.text) + 2 > BLOCK_SIZE:
+            raise UserError(f"{path}:{q.line}: question is {len(q.text)} characters; at most {BLOCK_SIZE - 2} fit")
+    load_params(model, vocab, args.reading_params_path)
+    model.to(device)
+    questions = [q for q in entries if q is not None]
+    t0 = time.time()
+    predictions = predict(model, vocab, [q.text for q in questions], args.impl, device)
+    seconds = time.time() - t0
+    it = iter(predictions)
+    lines = [next(it) if q is not None else "" for q in entries]
+    write_text_atomic(args.outputs_path, "".join(line + "\n" for line in lines))
+    total, correct = evaluate_places(path, predictions)
+    writer.add_scalar("eval/seconds", seconds, 0)
+    if total > 0:
+        writer.add_scalar("eval/accuracy", correct / total, 0)
+        print(f"Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
+    else:
+        print(f"Predictions written to {args.outputs_path}; no targets provided")
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("function", choices=["pretrain", "finetune", "evaluate"], help="what to do")
+    p.add_argument("variant", choices=["vanilla", "perceiver"], help="which model")
+    p.add_argument("pretrain_corpus_path", help="pretraining corpus (wiki.txt); defines the vocabulary in every mode")
+    p.add_argument("--reading_params_path", default=None, help="params to load before training or evaluating")
+    p.add_argument("--writing_params_path", default=None, help="where to save the trained params")
+    p.add_argument("--finetune_corpus_path", default=None, help="question<TAB>place file to finetune on")
+    p.add_argument("--eval_corpus_path", default=None, help="questions (with or without places) to answer")
+    p.add_argument("--outputs_path", default=None, help="where to write one prediction per input line")
+    p.add_argument("--pretrain_lr", type=float, default=6e-3, help="peak learning rate for pretraining")
+    p.add_argument("--finetune_lr", type=float, default=6e-4, help="peak learning rate for finetuning")
+    p.add_argument("--bottleneck_dim", type=int, default=32, help="perceiver bottleneck length m")
+    p.add_argument("--n_layer", type=int, default=4, help="transformer blocks (perceiver: down + n_layer-2 + up)")
+    p.add_argument("--n_head", type=int, default=8, help="attention heads")
+    p.add_argument("--n_embd", type=int, default=256, help="embedding width")
+    p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name prefix (logs go to expt/<function>/)")
+    p.add_argument("--max_epochs", type=int, default=None, help="override the mode's epochs (650/75/10)")
+    p.add_argument("--max_steps", type=int, default=None, help="stop after this many optimizer steps")
+    p.add_argument("--batch_size", type=int, default=None, help="override the mode's batch size (128/256)")
+    p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
+    p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers (reference path only)")
+    p.add_argument(
+        "--impl",
+        choices=["fast", "reference"],
+        default="fast",
+        help="fast: bucketed vectorised batches, bf16, batched KV-cache decoding; reference: the handout's plain loop",
+    )
+    p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
+    p.add_argument(
+        "--cosine_cap", action="store_true", help="hold the LR floor after final_tokens (handout: cosine rises again)"
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> None:
+    for flag in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UserError(f"--{flag} must be at least 1, got {value}")
+    seed_everything(args.seed)
+    device = pick_device(args.device)
+    corpus_path = find_data_file(args.pretrain_corpus_path, "pretraining corpus")
+    pretrain_dataset = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
+    model = build_model(args, pretrain_dataset.vocab_size)
+    # The handout's run naming, so logs line up with theirs.
+    run_name = (
+        f"{args.tb_expt_name}_{args.variant}_{args.bottleneck_dim}"
+        f"_pt_lr_{args.pretrain_lr:f}_ft_lr_{args.finetune_lr:f}"
+    )
+    writer = SummaryWriter(log_dir=str(Path("expt") / args.function / run_name))
+    try:
+        if args.function == "evaluate":
+            evaluate(args, pretrain_dataset, model, device, writer)
+        else:
+            train(args, pretrain_dataset, model, device, writer)
+    finally:
+        writer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        run(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

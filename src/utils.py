@@ -1,0 +1,208 @@
+"""Small shared helpers: user errors, device and precision, atomic file writes,
+seeding, sampling and greedy decoding, and the birth-place score."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class UserError(Exception):
+    """A mistake in the user's input: printed as one line, exit code 2, no traceback."""
+
+
+# ---------------------------------------------------------------------------
+# Device and precision, decided once
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """'auto' -> cuda if available, else cpu; 'cuda' without a GPU is a UserError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but no CUDA GPU is available")
+    return torch.device(name)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """True where bf16 matmuls are native: recent CUDA GPUs, CPUs with AVX512-BF16/AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast (fp32 master weights) when enabled and supported, else a no-op."""
+    if enabled and bf16_supported(device):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------
+# Files: never half written
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it is renamed onto `path`.
+
+    A crash or error before the rename leaves any previous file at `path` intact.
+    """
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"{path}: folder {parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: str | Path, obj: object) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+
+
+def torch_save_atomic(obj: object, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def torch_load_safe(path: str | Path) -> object:
+    """torch.load with weights_only=True: tensors and plain containers only, never code."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: file not found")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure here is a bad file, not a bug
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{path}: not a loadable params file ({first[:200]})") from None
+
+
+# ---------------------------------------------------------------------------
+# Sampling and greedy decoding
+
+
+def top_k_logits(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest logits of each row (B, V), set the rest to -inf."""
+    v, _ = torch.topk(logits, k)
+    return logits.masked_fill(logits < v[:, [-1]], float("-inf"))
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    steps: int,
+    temperature: float = 1.0,
+    sample: bool = False,
+    top_k: int | None = None,
+) -> torch.Tensor:
+    """Extend each row of x (B, T) by `steps` tokens -> (B, T + steps).
+
+    sample=False is greedy (argmax); otherwise draw from softmax(logits / temperature),
+    optionally restricted to the top_k tokens. The context is cropped to the
+    model's block_size, as in the handout. Full recompute each step: the plain
+    reference decoder; `greedy_decode_cached` is the fast one.
+    """
+    block_size = model.get_block_size()
+    model.eval()
+    for _ in range(steps):
+        x_cond = x if x.size(1) <= block_size else x[:, -block_size:]
+        logits, _ = model(x_cond)
+        logits = logits[:, -1, :] / temperature
+        if top_k is not None:
+            logits = top_k_logits(logits, top_k)
+        if sample:
+            ix = torch.multinomial(F.softmax(logits.float(), dim=-1), num_samples=1)
+        else:
+            _, ix = torch.topk(logits, k=1, dim=-1)
+        x = torch.cat((x, ix), dim=1)
+    return x
+
+
+@torch.no_grad()
+def greedy_decode_batch(
+    next_logits: Callable[[torch.Tensor, int], torch.Tensor],
+    prompts: list[list[int]],
+    max_new: int,
+    stop_id: int,
+    block_size: int,
+    device: torch.device,
+) -> list[list[int]]:
+    """Greedy continuation of many prompts of different lengths at once.
+
+    next_logits(tokens (B, t), t) -> logits (B, V) for position t-1, given the
+    first t tokens of every row. Rows start together at the shortest prompt
+    and are fed their own prompt characters until it is used up ("prompt
+    forcing"), so each row sees exactly what it would see alone; with causal
+    models this is exact. Each row stops after `stop_id` is produced, after
+    max_new tokens, or at block_size. Returns the generated ids of each row.
+    """
+    B = len(prompts)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    limit = torch.clamp(lengths + max_new, max=block_size)
+    width = int(limit.max())
+    tokens = torch.zeros(B, width, dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        tokens[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+    done = lengths >= limit
+    t = int(lengths.min())
+    while t < width and not bool(done.all()):
+        logits = next_logits(tokens[:, :t], t)  # (B, V): prediction for position t
+        pred = logits.argmax(dim=-1)
+        generating = (t >= lengths) & ~done
+        tokens[:, t] = torch.where(generating, pred, tokens[:, t])
+        done |= generating & (pred == stop_id)
+        t += 1
+        done |= t >= limit
+    return [tokens[i, len(p) : int(limit[i])].tolist() for i, p in enumerate(prompts)]
+
+
+# ---------------------------------------------------------------------------
+# Scoring
+
+
+def evaluate_places(filepath: str | Path, predicted_places: list[str]) -> tuple[int, int]:
+    """(total, correct) of predictions against the gold places of a birth-place TSV.
+
+    Lines without a place count as zero, as in the handout (a test-inputs file
+    scores (0, 0)). Blank lines are skipped; predictions align with the other lines.
+    """
+    from dataset import read_questions  # local import: dataset imports utils
+
+    questions = [q for q in read_questions(filepath, require_place=False) if q is not None]
+    if len(questions) != len(predicted_places):
+        raise UserError(f"{filepath}: {len(questions)} questions but {len(predicted_places)} predictions")
+    gold = [q.place for q in questions if q.place is not None]
+    if not gold:
+        return 0, 0
+    correct = sum(p == g for p, g in zip(predicted_places, gold))
+    return len(gold), correct

@@ -1,0 +1,230 @@
+"""Specification of the command line: the handout's workflow end to end on tiny data, and bad input."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PEOPLE, REPO_ROOT, TINY_MODEL, real_data
+
+import run
+
+RUN = [sys.executable, str(REPO_ROOT / "src" / "run.py")]
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # expt/ and outputs land in the test's folder
+
+
+def cli(*argv: str) -> int:
+    return run.main([str(a) for a in argv])
+
+
+def pretrain(variant: str, corpus: Path, out: str = "pt.params", steps: int = 3, *extra: str) -> int:
+    return cli("pretrain", variant, corpus, "--writing_params_path", out, "--max_steps", steps, *TINY_MODEL, *extra)
+
+
+def finetune(variant, corpus, tsv, out="ft.params", reading=None, steps=3, *extra):
+    args = ["finetune", variant, corpus, "--writing_params_path", out, "--finetune_corpus_path", tsv]
+    if reading:
+        args += ["--reading_params_path", reading]
+    return cli(*args, "--max_steps", steps, *TINY_MODEL, *extra)
+
+
+def evaluate(variant, corpus, params, tsv, out, *extra):
+    return cli(
+        "evaluate", variant, corpus, "--reading_params_path", params, "--eval_corpus_path", tsv,
+        "--outputs_path", out, *TINY_MODEL, *extra,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver"])
+def test_pretrain_finetune_evaluate_writes_one_prediction_per_line(
+    variant, tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+):
+    assert pretrain(variant, tiny_corpus) == 0
+    assert finetune(variant, tiny_corpus, tiny_train_tsv, reading="pt.params") == 0
+    assert evaluate(variant, tiny_corpus, "ft.params", tiny_dev_tsv, "dev.predictions") == 0
+    lines = Path("dev.predictions").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 + 1 and lines[-1] == ""
+    assert "Correct: " in capsys.readouterr().out
+
+
+def test_finetune_without_pretraining_runs(tiny_corpus, tiny_train_tsv):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv) == 0
+    assert Path("ft.params").is_file() and Path("ft.params.json").is_file()
+
+
+def test_evaluate_without_places_says_no_targets(tiny_corpus, tiny_train_tsv, tmp_path, capsys):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    questions = tmp_path / "test.tsv"
+    questions.write_text("".join(f"Where was {n} born?\n" for n, _ in PEOPLE[:3]), encoding="utf-8")
+    assert evaluate("vanilla", tiny_corpus, "ft.params", questions, "test.predictions") == 0
+    assert "Predictions written to test.predictions; no targets provided" in capsys.readouterr().out
+    assert len(Path("test.predictions").read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_blank_input_lines_get_blank_predictions(tiny_corpus, tiny_train_tsv, tmp_path):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    questions = tmp_path / "gaps.tsv"
+    questions.write_text(
+        "Where was Ada Lovelace born?\tLondon\n\nWhere was Niels Bohr born?\tCopenhagen", encoding="utf-8"
+    )
+    assert evaluate("vanilla", tiny_corpus, "ft.params", questions, "out.predictions") == 0
+    lines = Path("out.predictions").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver"])
+def test_fast_decoder_predicts_exactly_what_the_reference_decoder_predicts(variant, tiny_corpus, tiny_train_tsv):
+    finetune(variant, tiny_corpus, tiny_train_tsv, "ft.params", None, 40, "--batch_size", "4", "--finetune_lr", "3e-3")
+    assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "fast.p", "--impl", "fast") == 0
+    assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "ref.p", "--impl", "reference") == 0
+    fast = Path("fast.p").read_text(encoding="utf-8")
+    assert fast == Path("ref.p").read_text(encoding="utf-8")
+    assert len(set(fast.splitlines())) > 1 or fast.splitlines()[0] != ""
+
+
+def test_tensorboard_logs_hold_training_and_eval_scalars(tiny_corpus, tiny_train_tsv, tiny_dev_tsv):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    finetune("vanilla", tiny_corpus, tiny_train_tsv, steps=4)
+    evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "dev.p")
+    (train_run,) = Path("expt/finetune").iterdir()
+    acc = EventAccumulator(str(train_run)).Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/tokens_seen", "train/epoch_seconds"} <= tags
+    assert len(acc.Scalars("train/loss")) == 4
+    (eval_run,) = Path("expt/evaluate").iterdir()
+    assert "eval/accuracy" in EventAccumulator(str(eval_run)).Reload().Tags()["scalars"]
+
+
+# ---------------------------------------------------------------------------
+# Bad input: one line on stderr, exit code 2, no traceback, nothing good overwritten
+
+
+def one_line_error(capsys, *fragments: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    for f in fragments:
+        assert f in err, err
+    return err
+
+
+def test_missing_corpus_is_a_one_line_error(capsys):
+    assert pretrain("vanilla", Path("no_such_wiki.txt")) == 2
+    one_line_error(capsys, "no_such_wiki.txt", "not found")
+
+
+def test_missing_finetune_corpus_is_a_one_line_error(tiny_corpus, capsys):
+    assert finetune("vanilla", tiny_corpus, "missing.tsv") == 2
+    one_line_error(capsys, "missing.tsv")
+
+
+def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Niels Bohr born? Copenhagen\n", encoding="utf-8")
+    assert finetune("vanilla", tiny_corpus, bad) == 2
+    one_line_error(capsys, "bad.tsv:2", "no tab")
+
+
+def test_character_outside_vocabulary_names_file_and_line(tiny_corpus, tiny_train_tsv, tmp_path, capsys):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    bad = tmp_path / "odd.tsv"
+    bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Zoë born?\tQ\n", encoding="utf-8")
+    assert evaluate("vanilla", tiny_corpus, "ft.params", bad, "x.p") == 2
+    one_line_error(capsys, "odd.tsv:2", "'Z'")
+
+
+def test_question_too_long_for_the_block_is_refused(tiny_corpus, tiny_train_tsv, tmp_path, capsys):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    bad = tmp_path / "long.tsv"
+    bad.write_text("Where was " + "Ada " * 40 + "born?\n", encoding="utf-8")
+    assert evaluate("vanilla", tiny_corpus, "ft.params", bad, "x.p") == 2
+    one_line_error(capsys, "long.tsv:1", "characters")
+
+
+def test_params_of_the_other_variant_are_refused(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("vanilla", tiny_corpus, "v.params")
+    capsys.readouterr()
+    assert evaluate("perceiver", tiny_corpus, "v.params", tiny_dev_tsv, "x.p") == 2
+    one_line_error(capsys, "variant is 'vanilla'")
+
+
+def test_params_of_another_bottleneck_are_refused_even_without_sidecar(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("perceiver", tiny_corpus, "p.params", 3, "--bottleneck_dim", "16")
+    Path("p.params.json").unlink()
+    capsys.readouterr()
+    assert evaluate("perceiver", tiny_corpus, "p.params", tiny_dev_tsv, "x.p", "--bottleneck_dim", "8") == 2
+    one_line_error(capsys, "down_block.C")
+
+
+def test_garbage_params_file_is_refused(tiny_corpus, tiny_dev_tsv, capsys):
+    Path("junk.params").write_bytes(b"this is not a checkpoint")
+    assert evaluate("vanilla", tiny_corpus, "junk.params", tiny_dev_tsv, "x.p") == 2
+    one_line_error(capsys, "junk.params")
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_params_file_that_would_run_code_is_refused(tiny_corpus, tiny_dev_tsv, capsys):
+    with open("evil.params", "wb") as f:
+        pickle.dump({"x": RunsCode()}, f)
+    assert evaluate("vanilla", tiny_corpus, "evil.params", tiny_dev_tsv, "x.p") == 2
+    captured = capsys.readouterr()
+    assert "pwned" not in captured.out
+    assert captured.err.startswith("error: ") and "evil.params" in captured.err
+
+
+def test_failed_evaluation_leaves_an_existing_output_untouched(tiny_corpus, tmp_path, capsys):
+    Path("good.predictions").write_text("kept\n")
+    Path("junk.params").write_bytes(b"junk")
+    dev = tmp_path / "d.tsv"
+    dev.write_text("Where was Ada Lovelace born?\tLondon\n", encoding="utf-8")
+    assert evaluate("vanilla", tiny_corpus, "junk.params", dev, "good.predictions") == 2
+    assert Path("good.predictions").read_text() == "kept\n"
+
+
+def test_missing_output_folder_is_refused_before_training(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "no/such/dir/pt.params") == 2
+    one_line_error(capsys, "does not exist")
+    assert not Path("expt/pretrain").exists() or not any(Path("expt/pretrain").rglob("*.params"))
+
+
+@pytest.mark.parametrize("argv", [["pretrian", "vanilla", "wiki.txt"], ["pretrain", "vanila", "wiki.txt"]])
+def test_unknown_mode_or_variant_is_one_line_and_exit_2(argv):
+    proc = subprocess.run(RUN + argv, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "invalid choice" in proc.stderr
+
+
+def test_bare_data_name_is_found_in_data_folder(capsys):
+    real_data("wiki.txt")
+    assert run.find_data_file("wiki.txt", "pretraining corpus") == REPO_ROOT / "data" / "wiki.txt"
+    assert "using" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------
+# The London baseline
+
+
+def test_london_baseline_scores_five_percent_on_the_real_dev_set(tmp_path):
+    real_data("birth_dev.tsv")
+    out = tmp_path / "london.dev.predictions"
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "london_baseline.py"), "--eval_corpus_path", "birth_dev.tsv",
+         "--outputs_path", str(out)],
+        capture_output=True, text=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Correct: 25.0 out of 500.0: 5.0%" in proc.stdout
+    assert out.read_text().splitlines() == ["London"] * 500

@@ -1,0 +1,76 @@
+"""Specification of the data step: copy from a source folder, verify checksums, fail clearly."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("get_data", REPO_ROOT / "data" / "get_data.py")
+get_data = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(get_data)
+
+
+@pytest.fixture
+def fake_source(tmp_path: Path, monkeypatch) -> Path:
+    """A source folder of small files and a SHA256SUMS that matches them."""
+    src = tmp_path / "src"
+    files = {
+        "cs224n-a5/wiki.txt": "A. a\n",
+        "cs224n-a5/birth_dev.tsv": "Where?\tX\n",
+        "tinyshakespeare/input.txt": "O\n",
+    }
+    lines = []
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+        lines.append(f"{hashlib.sha256(text.encode()).hexdigest()}  {name}")
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(get_data, "SUMS_FILE", sums)
+    return src
+
+
+def test_data_step_places_verified_files(fake_source, tmp_path):
+    dest = tmp_path / "data"
+    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 0
+    assert (dest / "wiki.txt").read_text() == "A. a\n"
+    assert (dest / "tinyshakespeare" / "input.txt").is_file()
+    assert get_data.main(["--check", "--dest", str(dest)]) == 0
+
+
+def test_data_step_refuses_an_altered_file(fake_source, tmp_path, capsys):
+    (fake_source / "cs224n-a5" / "wiki.txt").write_text("tampered\n")
+    dest = tmp_path / "data"
+    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 1
+    assert "wiki.txt: SHA-256 does not match" in capsys.readouterr().err
+    assert not (dest / "wiki.txt").exists()
+
+
+def test_data_step_names_a_missing_file(fake_source, tmp_path, capsys):
+    (fake_source / "cs224n-a5" / "birth_dev.tsv").unlink()
+    assert get_data.main(["--source", str(fake_source), "--dest", str(tmp_path / "d")]) == 1
+    assert "birth_dev.tsv: missing" in capsys.readouterr().err
+
+
+def test_check_notices_a_file_altered_after_placing(fake_source, tmp_path, capsys):
+    dest = tmp_path / "data"
+    get_data.main(["--source", str(fake_source), "--dest", str(dest)])
+    shutil.copyfile(dest / "wiki.txt", dest / "wiki.bak")
+    (dest / "wiki.txt").write_text("edited\n")
+    assert get_data.main(["--check", "--dest", str(dest)]) == 1
+    assert "altered" in capsys.readouterr().err
+
+
+def test_shipped_checksums_list_the_five_course_files():
+    assert set(get_data.expected_sums()) == {
+        "cs224n-a5/wiki.txt",
+        "cs224n-a5/birth_places_train.tsv",
+        "cs224n-a5/birth_dev.tsv",
+        "cs224n-a5/birth_test_inputs.tsv",
+        "tinyshakespeare/input.txt",
+    }

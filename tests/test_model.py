@@ -1,0 +1,107 @@
+"""Specification of the GPT variants: handout compatibility, causality, shapes, cropping."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig
+
+SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "handout_state_dict.json"
+
+
+def tiny(perceiver: bool = False, **kw) -> GPT:
+    cfg = GPTConfig(vocab_size=20, block_size=16, n_layer=3, n_head=2, n_embd=16, perceiver=perceiver, **kw)
+    return GPT(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict:
+    if not SPEC.is_file():
+        pytest.skip(f"{SPEC} not present")
+    return json.loads(SPEC.read_text())
+
+
+@pytest.mark.parametrize("case", ["vanilla", "perceiver_bottleneck_64", "perceiver_bottleneck_32"])
+def test_state_dict_keys_and_shapes_equal_the_handout_model(spec, case):
+    s = spec[case]
+    cfg = GPTConfig(vocab_size=s["vocab_size"], perceiver=s["variant"] == "perceiver")
+    if s["bottleneck_dim"]:
+        cfg.bottleneck_dim = s["bottleneck_dim"]
+    model = GPT(cfg)
+    assert {k: list(v.shape) for k, v in model.state_dict().items()} == s["state_dict"]
+    assert sum(p.numel() for p in model.parameters()) == s["num_parameters"]
+
+
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_future_tokens_do_not_change_past_logits(perceiver):
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=6)
+    x = torch.randint(0, 20, (2, 12))
+    for cut in (1, 4, 9):
+        changed = x.clone()
+        changed[:, cut:] = torch.randint(0, 20, (2, 12 - cut))
+        a, _ = model(x)
+        b, _ = model(changed)
+        torch.testing.assert_close(a[:, :cut], b[:, :cut])
+
+
+def test_perceiver_maps_input_length_to_bottleneck_and_back():
+    model = tiny(True, bottleneck_dim=5)
+    x = model.drop(model.tok_emb(torch.randint(0, 20, (3, 11))) + model.pos_emb[:, :11])
+    y = model.down_block(x)
+    assert y.shape == (3, 5, 16)
+    assert model.up_block(model.blocks(y), x).shape == (3, 11, 16)
+    logits, _ = model(torch.randint(0, 20, (3, 11)))
+    assert logits.shape == (3, 11, 20)
+    assert len(model.blocks) == 1  # n_layer - 2
+
+
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_loss_of_a_cropped_batch_equals_the_full_length_loss(perceiver):
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=6)
+    x = torch.randint(2, 20, (3, 15))
+    y = torch.randint(2, 20, (3, 15))
+    x[:, 9:] = 0
+    y[:, 8:] = 0  # PAD targets beyond position 8
+    _, full = model(x, y)
+    _, cropped = model(x[:, :9], y[:, :9])
+    torch.testing.assert_close(full, cropped)
+
+
+def test_loss_ignores_pad_targets():
+    model = tiny()
+    x = torch.randint(0, 20, (2, 8))
+    y = torch.randint(1, 20, (2, 8))
+    logits, loss = model(x, y)
+    y_pad = y.clone()
+    y_pad[:, 4:] = 0
+    _, loss_pad = model(x, y_pad)
+    expected = torch.nn.functional.cross_entropy(logits[:, :4].reshape(-1, 20), y[:, :4].reshape(-1))
+    torch.testing.assert_close(loss_pad, expected)
+    assert not torch.isclose(loss, loss_pad)
+
+
+def test_cached_decoding_logits_equal_full_recompute():
+    torch.manual_seed(0)
+    model = tiny()
+    x = torch.randint(0, 20, (2, 10))
+    full, _ = model(x)
+    caches = model.new_caches()
+    first, _ = model(x[:, :4], caches=caches)
+    rest = [model(x[:, t : t + 1], caches=caches)[0] for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat([first, *rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_autocast_stays_close_to_fp32():
+    torch.manual_seed(0)
+    model = tiny()
+    x = torch.randint(0, 20, (2, 10))
+    _, loss32 = model(x, x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss16 = model(x, x)
+    assert abs(loss32.item() - loss16.item()) < 0.05

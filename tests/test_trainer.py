@@ -1,0 +1,83 @@
+"""Specification of the learning-rate schedule, the optimizer groups and the loop."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from dataset import CharCorruptionDataset
+from model import GPT, GPTConfig
+from trainer import Trainer, TrainerConfig, lr_multiplier, make_optimizer
+
+WARM, FINAL = 10_240, 1_000_000
+
+
+def test_lr_warms_up_linearly():
+    assert lr_multiplier(0, WARM, FINAL) == 0.0
+    assert lr_multiplier(WARM / 2, WARM, FINAL) == pytest.approx(0.5)
+
+
+def test_lr_follows_cosine_to_a_floor_of_one_tenth():
+    assert lr_multiplier(WARM, WARM, FINAL) == pytest.approx(1.0)
+    mid = WARM + (FINAL - WARM) / 2
+    assert lr_multiplier(mid, WARM, FINAL) == pytest.approx(0.5)
+    assert lr_multiplier(FINAL, WARM, FINAL) == pytest.approx(0.1)
+
+
+def test_uncapped_lr_climbs_back_to_peak_at_twice_final_tokens_like_the_handout():
+    peak_again = WARM + 2 * (FINAL - WARM)
+    assert lr_multiplier(peak_again, WARM, FINAL) == pytest.approx(1.0)
+
+
+def test_capped_lr_stays_at_the_floor_after_final_tokens():
+    for t in (FINAL, 1.5 * FINAL, 2 * FINAL, 3 * FINAL):
+        assert lr_multiplier(t, WARM, FINAL, cap=True) == pytest.approx(0.1)
+
+
+def test_handout_schedule_peaks_again_near_epoch_400_of_650():
+    block, docs = 128, 2937
+    per_epoch = docs * (block - 1)
+    final = 200 * docs * block
+    mults = [lr_multiplier(e * per_epoch, 512 * 20, final) for e in range(651)]
+    assert 395 <= int(np.argmax(mults[300:])) + 300 <= 410
+    assert math.isclose(max(mults[300:]), 1.0, abs_tol=1e-3)
+
+
+def test_weight_decay_applies_to_linear_weights_only():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, perceiver=True, bottleneck_dim=4))
+    opt = make_optimizer(model, TrainerConfig())
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in opt.param_groups[0]["params"]}
+    assert opt.param_groups[0]["weight_decay"] == 0.1 and opt.param_groups[1]["weight_decay"] == 0.0
+    assert "head.weight" in decayed and "blocks.0.attn.key.weight" in decayed and "blocks.0.mlp.0.weight" in decayed
+    for n in ("tok_emb.weight", "pos_emb", "down_block.C", "ln_f.weight", "blocks.0.attn.key.bias"):
+        assert n not in decayed
+    assert len(decayed) + len(opt.param_groups[1]["params"]) == len(names)
+
+
+def tiny_run(impl: str, seed: int = 0, steps: int = 6) -> list[float]:
+    torch.manual_seed(seed)
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, impl=impl, seed=seed, max_steps=steps)
+    random.seed(seed)
+    return Trainer(model, ds, cfg, torch.device("cpu")).train()
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_training_reduces_the_loss(impl):
+    losses = tiny_run(impl, steps=15)
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+
+
+def test_same_seed_gives_identical_loss_curves():
+    assert tiny_run("fast", seed=3) == tiny_run("fast", seed=3)
+
+
+def test_max_steps_stops_training():
+    assert len(tiny_run("fast", steps=4)) == 4
