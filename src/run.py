@@ -5,6 +5,7 @@
         --writing_params_path vanilla.finetune.params --finetune_corpus_path birth_places_train.tsv
     python src/run.py evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \\
         --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions
+    python src/run.py ask vanilla wiki.txt --reading_params_path vanilla.finetune.params "Where was Ada Lovelace born?"
 
 The pretraining corpus (third argument) defines the vocabulary in every mode.
 A bare data file name that is not in the current folder is looked up in data/.
@@ -14,23 +15,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import signal
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from confidence import beam_search, evaluation_summary, format_ask, format_summary, score_answers, scores_tsv
 from dataset import MASK_CHAR, CharCorruptionDataset, NameDataset, Vocabulary, read_questions, read_text
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig
+from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     UserError,
     evaluate_places,
     greedy_decode_batch,
-    pick_device,
+    init_distributed,
     sample,
     seed_everything,
     torch_load_safe,
@@ -147,6 +153,9 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
         n_embd=args.n_embd,
         perceiver=args.variant == "perceiver",
         bottleneck_dim=args.bottleneck_dim,
+        embd_pdrop=args.dropout,
+        resid_pdrop=args.dropout,
+        attn_pdrop=args.dropout,
     )
     if config.n_embd % config.n_head:
         raise UserError(f"--n_embd {config.n_embd} must be divisible by --n_head {config.n_head}")
@@ -178,7 +187,33 @@ def trainer_config(args: argparse.Namespace, mode: str, pretrain_len: int, pretr
         impl=args.impl,
         bf16=not args.fp32,
         seed=args.seed,
+        ckpt_path=f"{args.writing_params_path}.ckpt",
+        ckpt_every=args.ckpt_every,
     )
+
+
+# Arguments that must be the same for --resume to continue a run rather than start another.
+RUN_DEFINING_ARGS = (
+    "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
+    "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "finetune_corpus_path",
+    "reading_params_path",
+)  # fmt: skip
+
+
+def load_checkpoint_for_resume(args: argparse.Namespace, ckpt_path: Path) -> dict:
+    """The checkpoint to resume, after checking that it belongs to this command line."""
+    if not ckpt_path.is_file():
+        raise UserError(f"--resume: no checkpoint at {ckpt_path} (it is written next to --writing_params_path)")
+    ckpt = torch_load_safe(ckpt_path)
+    if not isinstance(ckpt, dict) or "extra" not in ckpt or "args" not in ckpt["extra"]:
+        raise UserError(f"{ckpt_path}: not a checkpoint written by this program")
+    saved = ckpt["extra"]["args"]
+    for key in RUN_DEFINING_ARGS:
+        if key in saved and saved[key] != getattr(args, key):
+            raise UserError(
+                f"--resume: {ckpt_path} was written with --{key} {saved[key]!r}, this command has {getattr(args, key)!r}"
+            )
+    return ckpt
 
 
 def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, model: GPT, device, writer) -> None:
@@ -192,24 +227,46 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
             raise UserError("finetune needs --finetune_corpus_path")
         path = find_data_file(args.finetune_corpus_path, "finetune corpus")
         dataset = NameDataset(pretrain_dataset, path)
-    if args.reading_params_path is not None:
-        load_params(model, pretrain_dataset.vocab, args.reading_params_path)
     cfg = trainer_config(args, args.function, len(pretrain_dataset), args.reading_params_path is not None)
+    ckpt_path = Path(cfg.ckpt_path)
+    ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
+    if args.reading_params_path is not None:
+        load_params(model, pretrain_dataset.vocab, args.reading_params_path)  # checked even when resuming
+    if ckpt is None and ckpt_path.exists():
+        print(
+            f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
+        )
     writer.add_text("config", json.dumps({"args": vars(args), "trainer": asdict(cfg)}, indent=1))
     print(
         f"{args.function} {args.variant}: {len(dataset)} examples, {cfg.max_epochs} epochs, batch {cfg.batch_size}, "
         f"lr {cfg.learning_rate:g}, impl {cfg.impl}, device {device}"
     )
+    trainer = Trainer(
+        model, dataset, cfg, device, log=writer.add_scalar,
+        extra={"args": vars(args), "vocab": "".join(pretrain_dataset.vocab.itos)},
+    )  # fmt: skip
+    if ckpt is not None:
+        trainer.resume(ckpt)
+        print(f"resuming from {ckpt_path}: step {trainer.step}, epoch {trainer.epoch + 1}")
+
+    def request_stop(signum: int, frame: object) -> None:
+        trainer.stop_requested = True  # the loop checkpoints and stops after the current step
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     t0 = time.time()
-    trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar)
-    losses = trainer.train()
+    try:
+        losses = trainer.train()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     seconds = time.time() - t0
-    save_params(
-        model,
-        pretrain_dataset.vocab,
-        args.writing_params_path,
-        {"trainer": asdict(cfg), "steps": trainer.step, "final_loss": losses[-1] if losses else None},
-    )
+    if trainer.rank == 0:
+        save_params(
+            model,
+            pretrain_dataset.vocab,
+            args.writing_params_path,
+            {"trainer": asdict(cfg), "steps": trainer.step, "final_loss": losses[-1] if losses else None},
+        )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
 
 
@@ -233,7 +290,8 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, devi
             answers += greedy_decode_batch(
                 next_logits_fn(model), encoded[i : i + chunk], MAX_ANSWER_CHARS, mask_id, block, device
             )
-    return [vocab.decode(a).split(MASK_CHAR)[0] for a in answers]
+    # A newline inside an answer would break the one-line-per-input predictions file.
+    return [vocab.decode(a).split(MASK_CHAR)[0].replace("\n", " ") for a in answers]
 
 
 def next_logits_fn(model: GPT):
@@ -254,6 +312,7 @@ def evaluate(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, 
         if getattr(args, flag) is None:
             raise UserError(f"evaluate needs --{flag}")
     check_output_folder(args.outputs_path, "--outputs_path")
+    check_output_folder(args.scores_path, "--scores_path")
     path = find_data_file(args.eval_corpus_path, "eval corpus")
     entries = read_questions(path, require_place=False)
     vocab = pretrain_dataset.vocab
@@ -274,11 +333,38 @@ def evaluate(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, 
     write_text_atomic(args.outputs_path, "".join(line + "\n" for line in lines))
     total, correct = evaluate_places(path, predictions)
     writer.add_scalar("eval/seconds", seconds, 0)
+    if args.scores_path is not None or total > 0:  # confidence: one teacher-forced pass over the answers
+        scores = score_answers(model, vocab, [q.text for q in questions], predictions, device, MAX_ANSWER_CHARS)
+    if args.scores_path is not None:
+        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
     if total > 0:
         writer.add_scalar("eval/accuracy", correct / total, 0)
         print(f"Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
+        summary = evaluation_summary(questions, predictions, scores, pretrain_dataset.data)
+        print(format_summary(summary))
+        for key, value in summary.items():
+            if key != "accuracy" and not math.isnan(value):  # nan: an empty group
+                writer.add_scalar(f"eval/{key}", value, 0)
     else:
         print(f"Predictions written to {args.outputs_path}; no targets provided")
+
+
+def ask(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, model: GPT, device) -> None:
+    """Answer one question: the greedy answer, its confidence, and the top 3 answers of a beam search."""
+    if args.reading_params_path is None:
+        raise UserError("ask needs --reading_params_path")
+    if args.question is None:
+        raise UserError('ask needs a question after the corpus, e.g. "Where was Ada Lovelace born?"')
+    question = args.question.strip()
+    vocab = pretrain_dataset.vocab
+    vocab.encode(question, where=f"question {question!r}")
+    if len(question) + 2 > BLOCK_SIZE:
+        raise UserError(f"question is {len(question)} characters; at most {BLOCK_SIZE - 2} fit")
+    load_params(model, vocab, args.reading_params_path)
+    model.to(device)
+    answer = predict(model, vocab, [question], args.impl, device)[0]
+    (score,) = score_answers(model, vocab, [question], [answer], device, MAX_ANSWER_CHARS)
+    print(format_ask(question, score, beam_search(model, vocab, question, device, 3, MAX_ANSWER_CHARS)))
 
 
 # ---------------------------------------------------------------------------
@@ -294,14 +380,18 @@ class Parser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("function", choices=["pretrain", "finetune", "evaluate"], help="what to do")
+    p.add_argument("function", choices=["pretrain", "finetune", "evaluate", "ask"], help="what to do")
     p.add_argument("variant", choices=["vanilla", "perceiver"], help="which model")
     p.add_argument("pretrain_corpus_path", help="pretraining corpus (wiki.txt); defines the vocabulary in every mode")
+    p.add_argument("question", nargs="?", default=None, help='ask only: e.g. "Where was Ada Lovelace born?"')
     p.add_argument("--reading_params_path", default=None, help="params to load before training or evaluating")
     p.add_argument("--writing_params_path", default=None, help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", default=None, help="question<TAB>place file to finetune on")
     p.add_argument("--eval_corpus_path", default=None, help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", default=None, help="where to write one prediction per input line")
+    p.add_argument(
+        "--scores_path", default=None, help="evaluate: also write prediction<TAB>logprob<TAB>mean_logprob per line"
+    )
     p.add_argument("--pretrain_lr", type=float, default=6e-3, help="peak learning rate for pretraining")
     p.add_argument("--finetune_lr", type=float, default=6e-4, help="peak learning rate for finetuning")
     p.add_argument("--bottleneck_dim", type=int, default=32, help="perceiver bottleneck length m")
@@ -321,6 +411,9 @@ def make_parser() -> argparse.ArgumentParser:
         default="fast",
         help="fast: bucketed vectorised batches, bf16, batched KV-cache decoding; reference: the handout's plain loop",
     )
+    p.add_argument("--dropout", type=float, default=0.1, help="dropout of embeddings, attention and residuals")
+    p.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt")
+    p.add_argument("--ckpt_every", type=int, default=100, help="optimizer steps between checkpoints (0: at the end)")
     p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
     p.add_argument(
         "--cosine_cap", action="store_true", help="hold the LR floor after final_tokens (handout: cosine rises again)"
@@ -334,16 +427,23 @@ def run(args: argparse.Namespace) -> None:
         if value is not None and value < 1:
             raise UserError(f"--{flag} must be at least 1, got {value}")
     seed_everything(args.seed)
-    device = pick_device(args.device)
+    device, rank = init_distributed(args.device)
+    if rank != 0:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - under torchrun only rank 0 reports progress
     corpus_path = find_data_file(args.pretrain_corpus_path, "pretraining corpus")
     pretrain_dataset = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
     model = build_model(args, pretrain_dataset.vocab_size)
+    if args.function == "ask":
+        return ask(args, pretrain_dataset, model, device)  # prints only: no TensorBoard run
+    if args.question is not None:
+        raise UserError(f"unexpected argument {args.question!r}: a question is only for ask")
     # The handout's run naming, so logs line up with theirs.
     run_name = (
         f"{args.tb_expt_name}_{args.variant}_{args.bottleneck_dim}"
         f"_pt_lr_{args.pretrain_lr:f}_ft_lr_{args.finetune_lr:f}"
     )
-    writer = SummaryWriter(log_dir=str(Path("expt") / args.function / run_name))
+    log_dir = Path("expt") / args.function / run_name
+    writer = SummaryWriter(log_dir=str(log_dir)) if rank == 0 else NullWriter()
     try:
         if args.function == "evaluate":
             evaluate(args, pretrain_dataset, model, device, writer)
@@ -351,17 +451,32 @@ def run(args: argparse.Namespace) -> None:
             train(args, pretrain_dataset, model, device, writer)
     finally:
         writer.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class NullWriter:
+    """Stands in for SummaryWriter on ranks other than 0."""
+
+    def add_scalar(self, *args: object, **kwargs: object) -> None: ...
+    def add_text(self, *args: object, **kwargs: object) -> None: ...
+    def close(self) -> None: ...
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    args = make_parser().parse_intermixed_args(argv)  # intermixed: ask's question may follow the flags
     try:
         run(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as e:
+        command = " ".join(["python", "src/run.py", *(argv if argv is not None else sys.argv[1:])])
+        resume = command if "--resume" in command else f"{command} --resume"
+        print(f"interrupted: checkpoint written to {e}; to continue: {resume}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted before training started; nothing to resume", file=sys.stderr)
         return 130
     return 0
 

@@ -3,17 +3,20 @@ returns (logits, loss) and any dataset of (x, y) pairs will do."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from utils import autocast
+from utils import autocast, torch_save_atomic
 
 
 @dataclass
@@ -35,6 +38,8 @@ class TrainerConfig:
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
     seed: int = 0
+    ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
+    ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -69,12 +74,24 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas)
 
 
+class TrainingInterrupted(Exception):
+    """Raised after SIGINT/SIGTERM once a checkpoint has been written; carries its path."""
+
+
 class Trainer:
     """Trains `model` on `train_dataset` with `config`.
 
     The dataset yields (x, y) pairs of length `example_length`; on the fast
     path it also provides `epoch_batches(batch_size, rng)`. `log(name, value,
     step)` receives scalars (e.g. a TensorBoard writer's add_scalar).
+
+    With `config.ckpt_path` a full checkpoint (model, optimizer, schedule
+    position, epoch and batch, RNG states, `extra`) is written atomically every
+    `ckpt_every` steps and at the end; `resume(path)` continues from one, so an
+    interrupted run ends with the same parameters as an uninterrupted one.
+    Under torchrun (torch.distributed initialised) the model is wrapped in
+    DistributedDataParallel and each rank trains on its share of every global
+    batch (rows rank, rank + world, ...): the effective batch stays batch_size.
     """
 
     def __init__(
@@ -84,43 +101,116 @@ class Trainer:
         config: TrainerConfig,
         device: torch.device,
         log: Callable[[str, float, int], None] | None = None,
+        extra: dict | None = None,
     ):
         self.model = model.to(device)
         self.train_dataset = train_dataset
         self.config = config
         self.device = device
         self.log = log or (lambda name, value, step: None)
+        self.extra = extra or {}  # saved in checkpoints (e.g. the command line and vocabulary)
         self.optimizer = make_optimizer(model, config)
         self.tokens = 0  # counted as the handout does: every position of every example, PAD included
         self.step = 0
+        self.epoch = 0  # epoch in progress
+        self.batch_in_epoch = 0  # batches of that epoch already trained
         self.losses: list[float] = []
+        self.stop_requested = False  # set by a signal handler; checked after every step
+        self.rank, self.world_size = 0, 1
+        self.forward_model = self.model
+        if dist.is_available() and dist.is_initialized():
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            ids = [device.index] if device.type == "cuda" else None
+            self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
 
-    def batches(self, epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    # -- data ---------------------------------------------------------------
+
+    def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        """The global batches of `epoch`, after the first `skip`; the same for every rank and on every run."""
         cfg = self.config
         if cfg.impl == "reference":
             g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
+            order = torch.randperm(len(self.train_dataset), generator=g)[skip * cfg.batch_size :].tolist()
             return DataLoader(
                 self.train_dataset,
                 batch_size=cfg.batch_size,
-                shuffle=True,
-                generator=g,
+                sampler=order,
                 num_workers=cfg.num_workers,
+                generator=g,  # keeps the loader from drawing on the global RNG (exact resume)
             )
         rng = np.random.default_rng([cfg.seed, epoch])
-        return self.train_dataset.epoch_batches(cfg.batch_size, rng)
+        return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng), skip, None)
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def checkpoint(self) -> dict:
+        """Everything needed to continue this run exactly (tensors and plain types only)."""
+        np_state = np.random.get_state()
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "tokens": self.tokens,
+            "losses": self.losses,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            "config": asdict(self.config),
+            "extra": self.extra,
+        }
+
+    def save_checkpoint(self) -> float:
+        """Write the checkpoint (rank 0 only); returns the seconds it took."""
+        if self.config.ckpt_path is None or self.rank != 0:
+            return 0.0
+        t0 = time.time()
+        torch_save_atomic(self.checkpoint(), self.config.ckpt_path)
+        seconds = time.time() - t0
+        self.log("train/checkpoint_seconds", seconds, self.step)
+        return seconds
+
+    def resume(self, ckpt: dict) -> None:
+        """Continue from a checkpoint dict (see `checkpoint`), e.g. from utils.torch_load_safe."""
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.step, self.epoch, self.batch_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"]
+        self.tokens, self.losses = ckpt["tokens"], list(ckpt["losses"])
+        rng = ckpt["rng"]
+        random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+        np.random.set_state((rng["numpy"][0], rng["numpy"][1].numpy().astype(np.uint32), *rng["numpy"][2:]))
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    # -- the loop -------------------------------------------------------------
 
     def train(self) -> list[float]:
-        """Run the configured epochs (or max_steps); returns the loss of every step."""
-        model, cfg = self.model, self.config
+        """Run the configured epochs (or max_steps); returns the loss of every step.
+
+        Raises TrainingInterrupted, after writing a checkpoint, if stop_requested is set.
+        """
+        model, cfg = self.forward_model, self.config
         model.train()
         use_bf16 = cfg.impl == "fast" and cfg.bf16
         example_length = getattr(self.train_dataset, "example_length", None)
         n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
-        for epoch in range(cfg.max_epochs):
+        quiet = self.rank != 0
+        while self.epoch < cfg.max_epochs and not self.finished():
             t0 = time.time()
-            bar = tqdm(self.batches(epoch), total=n_batches, desc=f"epoch {epoch + 1}/{cfg.max_epochs}", leave=False)
+            desc = f"epoch {self.epoch + 1}/{cfg.max_epochs}"
+            batches = self.batches(self.epoch, skip=self.batch_in_epoch)
+            bar = tqdm(batches, total=n_batches, initial=self.batch_in_epoch, desc=desc, leave=False, disable=quiet)
             for x, y in bar:
-                x, y = x.to(self.device), y.to(self.device)
+                global_rows = x.size(0)
+                if global_rows < self.world_size:
+                    continue  # a last batch too small to give every rank a row: skipped by all ranks alike
+                x = x[self.rank :: self.world_size].to(self.device)
+                y = y[self.rank :: self.world_size].to(self.device)
                 with autocast(self.device, use_bf16):
                     _, loss = model(x, y)
                 model.zero_grad(set_to_none=True)
@@ -128,26 +218,42 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip)
                 self.optimizer.step()
                 self.step += 1
+                self.batch_in_epoch += 1
                 lr = cfg.learning_rate
                 if cfg.lr_decay:
                     # As in the handout, the rate is updated after the step from the tokens seen so far.
-                    self.tokens += x.size(0) * (example_length or y.size(1))
+                    self.tokens += global_rows * (example_length or y.size(1))
                     lr = cfg.learning_rate * lr_multiplier(
                         self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap
                     )
                     for group in self.optimizer.param_groups:
                         group["lr"] = lr
+                if self.world_size > 1:  # log the mean over ranks: the loss of the whole global batch
+                    loss = loss.detach().clone()
+                    dist.all_reduce(loss)  # a sum (gloo has no average)
+                    loss /= self.world_size
                 self.losses.append(loss.item())
-                self.log("train/loss", self.losses[-1], self.step)
-                self.log("train/lr", lr, self.step)
-                self.log("train/tokens_seen", self.tokens, self.step)
-                bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{lr:.2e}")
-                if cfg.max_steps is not None and self.step >= cfg.max_steps:
+                if not quiet:
+                    self.log("train/loss", self.losses[-1], self.step)
+                    self.log("train/lr", lr, self.step)
+                    self.log("train/tokens_seen", self.tokens, self.step)
+                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{lr:.2e}")
+                if self.stop_requested:
+                    self.save_checkpoint()
+                    raise TrainingInterrupted(cfg.ckpt_path)
+                if cfg.ckpt_every and self.step % cfg.ckpt_every == 0:
+                    self.save_checkpoint()
+                if self.finished():
                     break
+            else:  # the epoch ran to its end
+                self.epoch += 1
+                self.batch_in_epoch = 0
             seconds = time.time() - t0
-            self.log("train/epoch_seconds", seconds, epoch + 1)
-            if self.losses:
-                tqdm.write(f"epoch {epoch + 1}/{cfg.max_epochs}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
-            if cfg.max_steps is not None and self.step >= cfg.max_steps:
-                break
+            if not quiet and self.losses:
+                self.log("train/epoch_seconds", seconds, self.epoch)
+                tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
+        self.save_checkpoint()
         return self.losses
+
+    def finished(self) -> bool:
+        return self.config.max_steps is not None and self.step >= self.config.max_steps

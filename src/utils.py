@@ -33,6 +33,24 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def init_distributed(device_name: str = "auto") -> tuple[torch.device, int]:
+    """Join the torchrun process group if launched by torchrun; returns (device, rank).
+
+    gloo on CPU, nccl on GPU (each rank on cuda:LOCAL_RANK). A plain
+    `python src/run.py` is rank 0 of 1 and starts no process group.
+    """
+    device = pick_device(device_name)
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return device, 0
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return device, dist.get_rank()
+
+
 def bf16_supported(device: torch.device) -> bool:
     """True where bf16 matmuls are native: recent CUDA GPUs, CPUs with AVX512-BF16/AMX."""
     if device.type == "cuda":

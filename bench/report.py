@@ -1,0 +1,205 @@
+"""Compare the runs of run.sh in one markdown table: accuracy, selective accuracy, calibration, time.
+
+    python bench/report.py                  # reads outputs/, writes bench/results/report.md and report.json
+    python bench/report.py --runs outputs --gold data/birth_dev.tsv --corpus data/wiki.txt
+
+From the run folder (run.sh's OUT_DIR) it reads, for each run, the dev
+predictions `<run>.dev.predictions`, their confidences `<run>.dev.scores.tsv`
+(written by `evaluate --scores_path`), and the step times in `times.txt`
+(`step seconds` per line). A run without predictions is reported as "not run";
+a run without scores gets accuracy only. Metrics are defined in src/confidence.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "src"))
+
+from confidence import evaluation_summary, place_in_document, read_scores_tsv  # noqa: E402
+from dataset import Question, read_questions, read_text  # noqa: E402
+from utils import UserError, write_json_atomic, write_text_atomic  # noqa: E402
+
+
+@dataclass
+class Run:
+    """One row: its label, the file prefix in the run folder, and the run.sh steps timed for it."""
+
+    label: str
+    prefix: str  # <prefix>.dev.predictions, <prefix>.dev.scores.tsv
+    train_steps: tuple[str, ...]  # times.txt entries summed as training time
+    eval_step: str  # times.txt entry (and <eval_step>.log) of the dev evaluation
+
+
+RUNS = [
+    Run("London baseline", "london", (), "london"),
+    Run("vanilla, no pretraining", "vanilla.nopretrain", ("vanilla_nopretrain_finetune",), "vanilla_nopretrain_dev"),
+    Run(
+        "vanilla, pretrain + finetune",
+        "vanilla.pretrain",
+        ("vanilla_pretrain", "vanilla_finetune"),
+        "vanilla_pretrain_dev",
+    ),
+    Run(
+        "perceiver, pretrain + finetune",
+        "perceiver.pretrain",
+        ("perceiver_pretrain", "perceiver_finetune"),
+        "perceiver_pretrain_dev",
+    ),
+]
+
+COLUMNS = [
+    ("accuracy", "dev accuracy"),
+    ("accuracy_at_coverage_50", "accuracy at 50% coverage"),
+    ("coverage_auc", "coverage AUC"),
+    ("ece", "ECE"),
+    ("place_in_document_accuracy", "accuracy, place in document"),
+    ("place_not_in_document_accuracy", "accuracy, place not in document"),
+    ("train_seconds", "train s"),
+    ("eval_seconds", "eval s"),
+]
+
+
+def read_times(path: Path) -> dict[str, float]:
+    """times.txt as {step: seconds}; empty when the file is missing."""
+    if not path.is_file():
+        return {}
+    return {name: float(sec) for name, sec in (line.split() for line in read_text(path).splitlines() if line.strip())}
+
+
+def log_accuracy(path: Path) -> float | None:
+    """The accuracy of a `Correct: C out of N: P%` line in a log, if there is one."""
+    if not path.is_file():
+        return None
+    m = re.search(r"Correct: .*: ([\d.]+)%", read_text(path))
+    return float(m.group(1)) / 100 if m else None
+
+
+def aligned(path: Path, entries: list[Question | None], read: Callable[[Path], list]) -> list:
+    """The entries of a per-input-line file at the non-blank questions; its line count must match."""
+    values = read(path)
+    if len(values) != len(entries):
+        raise UserError(f"{path}: {len(values)} lines, but the gold file has {len(entries)}")
+    return [v for v, q in zip(values, entries, strict=True) if q is not None]
+
+
+def read_lines(path: Path) -> list[str]:
+    lines = read_text(path).split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def run_metrics(
+    run: Run, folder: Path, entries: list[Question | None] | None, documents: list[str], times: dict[str, float]
+) -> dict[str, float] | None:
+    """The row's numbers (nan where unknown), or None when the run has no predictions."""
+    predictions_path = folder / f"{run.prefix}.dev.predictions"
+    if not predictions_path.is_file():
+        return None
+    row = {key: math.nan for key, _ in COLUMNS}
+    questions = [q for q in entries if q is not None] if entries else []
+    if questions and questions[0].place is not None:
+        predictions = aligned(predictions_path, entries, read_lines)
+        row["accuracy"] = sum(p == q.place for p, q in zip(predictions, questions, strict=True)) / len(questions)
+        scores_path = folder / f"{run.prefix}.dev.scores.tsv"
+        if scores_path.is_file():
+            scores = aligned(scores_path, entries, read_scores_tsv)
+            summary = evaluation_summary(questions, predictions, scores, documents)
+            row |= {k: v for k, v in summary.items() if k in row}
+            if not documents:  # without the corpus every question falls in "no document"
+                row["place_in_document_accuracy"] = row["place_not_in_document_accuracy"] = math.nan
+    else:
+        logged = log_accuracy(folder / f"{run.eval_step}.log")
+        row["accuracy"] = math.nan if logged is None else logged
+    if run.train_steps and all(s in times for s in run.train_steps):
+        row["train_seconds"] = sum(times[s] for s in run.train_steps)
+    row["eval_seconds"] = times.get(run.eval_step, math.nan)
+    return row
+
+
+def cell(key: str, value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    if key.endswith("seconds"):
+        return f"{value:.0f}"
+    if key in ("coverage_auc", "ece"):
+        return f"{value:.3f}"
+    return f"{value * 100:.1f}%"
+
+
+def markdown(rows: dict[str, dict[str, float] | None], folder: Path, split: str) -> str:
+    lines = [
+        "# Birth-place runs: accuracy, confidence and time",
+        "",
+        f"From `{folder}` (run.sh's outputs) by `python bench/report.py`. Dev set: birth_dev.tsv.",
+        "",
+        "| run | " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|---|" + "---|" * len(COLUMNS),
+    ]
+    for label, row in rows.items():
+        cells = ["not run"] + [""] * (len(COLUMNS) - 1) if row is None else [cell(k, row[k]) for k, _ in COLUMNS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Answers are ranked by their mean log-probability per character (answer characters and the closing",
+        "MASK, teacher-forced). Accuracy at 50% coverage: accuracy of the most confident half. Coverage AUC:",
+        "mean accuracy of the k most confident answers over k = 1..N. ECE: expected calibration error over",
+        "10 equal-width bins of exp(mean logprob). The place-in-document columns split the dev questions by",
+        "whether the gold place occurs in the person's wiki.txt line: recall versus guessing. Times are",
+        "wall-clock seconds of the run.sh steps (train: pretrain + finetune).",
+        "",
+    ]
+    if split:
+        lines += [split, ""]
+    return "\n".join(lines)
+
+
+def document_split(entries: list[Question | None] | None, documents: list[str]) -> str:
+    """One sentence: how many dev questions have their place in the person's document."""
+    questions = [q for q in entries or [] if q is not None and q.place is not None]
+    if not questions or not documents:
+        return ""
+    found = place_in_document(questions, documents)
+    return (
+        f"Of the {len(questions)} dev questions, {sum(f is True for f in found)} have the place in the person's "
+        f"document, {sum(f is False for f in found)} do not, and {sum(f is None for f in found)} have no document."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="outputs", help="run.sh's output folder")
+    p.add_argument("--gold", default=str(REPO_ROOT / "data" / "birth_dev.tsv"), help="dev questions with places")
+    p.add_argument("--corpus", default=str(REPO_ROOT / "data" / "wiki.txt"), help="pretraining corpus")
+    p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "report.md"), help="markdown table")
+    args = p.parse_args(argv)
+    folder, gold, corpus = Path(args.runs), Path(args.gold), Path(args.corpus)
+    try:
+        entries = read_questions(gold, require_place=False) if gold.is_file() else None
+        if entries is None:
+            print(f"{gold} not found: accuracy from the logs, no confidence metrics")
+        documents = [line for line in read_text(corpus).split("\n") if line] if corpus.is_file() else []
+        times = read_times(folder / "times.txt")
+        rows = {run.label: run_metrics(run, folder, entries, documents, times) for run in RUNS}
+        text = markdown(rows, folder, document_split(entries, documents))
+        write_text_atomic(args.out, text)
+        numbers = {
+            label: row and {k: None if math.isnan(v) else v for k, v in row.items()} for label, row in rows.items()
+        }
+        write_json_atomic(Path(args.out).with_suffix(".json"), numbers)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

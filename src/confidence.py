@@ -1,0 +1,347 @@
+"""Know when the model is guessing: answer confidence, a small beam search, and selective-accuracy metrics.
+
+An answer's confidence is its log-probability under the model, computed by
+teacher forcing `question MASK answer MASK` in one batched forward pass: the
+sum of the log-probabilities of the answer characters and of the closing MASK
+(an answer cut off at the length limit has no MASK, so only its characters
+count), and that sum divided by the number of tokens scored (the per-character
+mean). Answers are ranked, and calibrated, by the mean:
+
+- ranking: the sum falls with every extra character, so it would rank
+  "Rome" above "Rio de Janeiro" however sure the model is of each; the mean
+  measures how sure each decision was, whatever the answer's length.
+- calibration: exp(mean logprob) is in (0, 1], a per-character probability.
+
+Metrics on N answers with gold places, ranked by confidence (most confident
+first; ties keep their input order):
+
+- accuracy at coverage c: the accuracy among the ceil(c·N) most confident answers.
+- coverage AUC: the mean of the accuracy at coverage k/N over k = 1..N, the
+  area under the accuracy-coverage curve. With C correct answers, the best
+  ranking (all correct first) has accuracy 1 up to k = C and C/k after; the
+  worst (all correct last) 0 up to k = N - C.
+- ECE: answers go into 10 equal-width bins of confidence exp(mean logprob);
+  ECE = sum over bins of (bin size / N) · |bin accuracy - bin mean confidence|.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dataset import MASK_CHAR, Question, Vocabulary, read_text
+from utils import UserError
+
+COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
+ECE_BINS = 10
+
+
+@dataclass
+class AnswerScore:
+    """An answer and its log-probability: `logprob` summed over `tokens` scored tokens, `mean_logprob` per token."""
+
+    answer: str
+    logprob: float
+    mean_logprob: float
+    tokens: int
+
+    @property
+    def confidence(self) -> float:
+        """exp(mean_logprob): the geometric-mean probability per character, in (0, 1]."""
+        return math.exp(self.mean_logprob)
+
+
+# ---------------------------------------------------------------------------
+# Scoring and beam search
+
+
+def answer_limit(prompt_len: int, block_size: int, max_answer_chars: int) -> int:
+    """How many tokens (closing MASK included) decoding may generate after a prompt of prompt_len tokens."""
+    return max(0, min(max_answer_chars, block_size - prompt_len))
+
+
+@torch.no_grad()
+def score_answers(
+    model: torch.nn.Module,
+    vocab: Vocabulary,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    device: torch.device,
+    max_answer_chars: int = 32,
+    chunk: int = 512,
+) -> list[AnswerScore]:
+    """Teacher-forced log-probability of each answer to its question, the closing MASK included.
+
+    An answer as long as the decoding limit was cut off there and has no
+    closing MASK; only its characters are scored. One forward pass per chunk
+    of right-padded sequences: the model is causal, so padding changes nothing.
+    """
+    model.eval()
+    mask_id = vocab.stoi[MASK_CHAR]
+    block = model.get_block_size()
+    rows: list[list[int]] = []
+    starts: list[int] = []  # index of the first scored token in each row
+    for q, a in zip(questions, answers, strict=True):
+        prompt, answer = vocab.encode(q + MASK_CHAR), vocab.encode(a)
+        closed = len(answer) < answer_limit(len(prompt), block, max_answer_chars)
+        rows.append(prompt + answer + ([mask_id] if closed else []))
+        starts.append(len(prompt))
+    scores: list[AnswerScore] = []
+    for i in range(0, len(rows), chunk):
+        batch, first = rows[i : i + chunk], starts[i : i + chunk]
+        width = max(len(r) for r in batch) - 1
+        x = torch.zeros(len(batch), width, dtype=torch.long)  # inputs, PAD-padded
+        y = torch.zeros(len(batch), width, dtype=torch.long)  # next tokens
+        scored = torch.zeros(len(batch), width, dtype=torch.bool)
+        for j, (r, s) in enumerate(zip(batch, first, strict=True)):
+            x[j, : len(r) - 1] = torch.tensor(r[:-1])
+            y[j, : len(r) - 1] = torch.tensor(r[1:])
+            scored[j, s - 1 : len(r) - 1] = True  # position p predicts token p + 1
+        logits, _ = model(x.to(device))  # (B, T, V)
+        logp = F.log_softmax(logits.float(), dim=-1).gather(-1, y.to(device).unsqueeze(-1)).squeeze(-1)  # (B, T)
+        scored = scored.to(device)
+        total = torch.where(scored, logp, 0.0).sum(dim=1).tolist()
+        count = scored.sum(dim=1).tolist()
+        for k, (lp, n) in enumerate(zip(total, count, strict=True)):
+            a = answers[i + k]
+            scores.append(AnswerScore(a, lp, lp / max(n, 1), n))
+    return scores
+
+
+@torch.no_grad()
+def beam_search(
+    model: torch.nn.Module,
+    vocab: Vocabulary,
+    question: str,
+    device: torch.device,
+    beam: int = 3,
+    max_answer_chars: int = 32,
+) -> list[AnswerScore]:
+    """The `beam` most probable answers found by beam search over characters, best (highest logprob) first.
+
+    An answer ends with a MASK, or is cut off at the decoding limit. Each step
+    extends every live beam by its `beam` best characters and keeps the
+    `beam` best unfinished candidates; it stops when no live beam can still
+    beat the `beam`-th finished answer (log-probabilities only fall).
+    """
+    model.eval()
+    mask_id = vocab.stoi[MASK_CHAR]
+    prompt = vocab.encode(question + MASK_CHAR)
+    limit = answer_limit(len(prompt), model.get_block_size(), max_answer_chars)
+    live: list[tuple[list[int], float]] = [([], 0.0)]  # (answer ids, logprob)
+    done: list[AnswerScore] = []
+    for step in range(limit):
+        x = torch.tensor([prompt + ids for ids, _ in live], dtype=torch.long, device=device)  # (b, T)
+        logits, _ = model(x)
+        logp = F.log_softmax(logits[:, -1, :].float(), dim=-1)  # (b, V)
+        top_lp, top_id = logp.topk(min(beam, logp.size(-1)), dim=-1)  # (b, beam)
+        candidates: list[tuple[list[int], float]] = []
+        for (ids, lp), row_lp, row_id in zip(live, top_lp.tolist(), top_id.tolist(), strict=True):
+            for tok_lp, tok in zip(row_lp, row_id, strict=True):
+                if tok == mask_id:
+                    done.append(AnswerScore(vocab.decode(ids), lp + tok_lp, (lp + tok_lp) / (step + 1), step + 1))
+                elif step + 1 == limit:  # cut off: no room left for the closing MASK
+                    done.append(AnswerScore(vocab.decode(ids + [tok]), lp + tok_lp, (lp + tok_lp) / limit, limit))
+                else:
+                    candidates.append((ids + [tok], lp + tok_lp))
+        live = sorted(candidates, key=lambda c: -c[1])[:beam]
+        done.sort(key=lambda s: -s.logprob)
+        if not live or (len(done) >= beam and live[0][1] <= done[beam - 1].logprob):
+            break
+    return done[:beam]
+
+
+# ---------------------------------------------------------------------------
+# Selective accuracy and calibration
+
+
+def accuracy_coverage_curve(confidence: Sequence[float], correct: Sequence[bool]) -> np.ndarray:
+    """Accuracy among the k most confident answers, for k = 1..N -> (N,). Ties keep their input order."""
+    conf, ok = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
+    if len(conf) != len(ok) or len(ok) == 0:
+        raise ValueError(f"need as many confidences as answers, at least one: got {len(conf)} and {len(ok)}")
+    order = np.argsort(-conf, kind="stable")
+    return np.cumsum(ok[order]) / np.arange(1, len(ok) + 1)
+
+
+def accuracy_at_coverage(confidence: Sequence[float], correct: Sequence[bool], coverage: float) -> float:
+    """Accuracy among the ceil(coverage·N) most confident answers (at least one)."""
+    curve = accuracy_coverage_curve(confidence, correct)
+    k = max(1, math.ceil(coverage * len(curve) - 1e-9))  # the epsilon keeps 0.1·50 at 5, not 6
+    return float(curve[min(k, len(curve)) - 1])
+
+
+def coverage_auc(confidence: Sequence[float], correct: Sequence[bool]) -> float:
+    """Area under the accuracy-coverage curve: the mean accuracy at coverage k/N, k = 1..N."""
+    return float(accuracy_coverage_curve(confidence, correct).mean())
+
+
+def expected_calibration_error(probability: Sequence[float], correct: Sequence[bool], bins: int = ECE_BINS) -> float:
+    """Sum over `bins` equal-width bins of [0, 1] of (share of answers) · |accuracy - mean probability|."""
+    p, ok = np.clip(np.asarray(probability, dtype=np.float64), 0.0, 1.0), np.asarray(correct, dtype=np.float64)
+    if len(p) != len(ok) or len(ok) == 0:
+        raise ValueError(f"need as many probabilities as answers, at least one: got {len(p)} and {len(ok)}")
+    which = np.minimum((p * bins).astype(np.int64), bins - 1)  # probability 1.0 goes in the last bin
+    ece = 0.0
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            ece += inside.mean() * abs(ok[inside].mean() - p[inside].mean())
+    return float(ece)
+
+
+def selective_metrics(mean_logprobs: Sequence[float], correct: Sequence[bool]) -> dict[str, float]:
+    """Accuracy at each of COVERAGES, coverage AUC and ECE, for answers ranked by mean logprob."""
+    metrics = {
+        f"accuracy_at_coverage_{round(c * 100)}": accuracy_at_coverage(mean_logprobs, correct, c) for c in COVERAGES
+    }
+    metrics["coverage_auc"] = coverage_auc(mean_logprobs, correct)
+    metrics["ece"] = expected_calibration_error(np.exp(np.asarray(mean_logprobs, dtype=np.float64)), correct)
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+# Recall or guess: is the gold place in the person's pretraining document?
+
+
+def person_name(question: str) -> str | None:
+    """'Where was Ada Lovelace born?' -> 'Ada Lovelace'; None for a question of another form."""
+    m = re.fullmatch(r"Where was (.+) born\?", question.strip())
+    return m.group(1) if m else None
+
+
+def place_in_document(questions: Sequence[Question], documents: Sequence[str]) -> list[bool | None]:
+    """For each question: whether its gold place occurs in the person's pretraining document.
+
+    A person's documents are the corpus lines starting with their name and a
+    full stop ("Ada Lovelace. ..."); the place may occur in any of them. None
+    when no document is found (or the question names no one).
+    """
+    docs = sorted(documents)
+    out: list[bool | None] = []
+    for q in questions:
+        name = person_name(q.text)
+        if name is None or q.place is None:
+            out.append(None)
+            continue
+        prefix = name + "."
+        i = bisect.bisect_left(docs, prefix)
+        mine = []
+        while i < len(docs) and docs[i].startswith(prefix):
+            mine.append(docs[i])
+            i += 1
+        out.append(any(q.place in d for d in mine) if mine else None)
+    return out
+
+
+RECALL_GROUPS = {True: "place_in_document", False: "place_not_in_document", None: "no_document"}
+
+
+def recall_split(in_document: Sequence[bool | None], correct: Sequence[bool]) -> dict[str, float]:
+    """Count and accuracy of the questions whose place is / is not in the person's document / have none.
+
+    Keys `<group>_count` and `<group>_accuracy` (nan for an empty group).
+    """
+    metrics: dict[str, float] = {}
+    for key, group in RECALL_GROUPS.items():
+        hits = [ok for d, ok in zip(in_document, correct, strict=True) if d is key]
+        metrics[f"{group}_count"] = float(len(hits))
+        metrics[f"{group}_accuracy"] = sum(hits) / len(hits) if hits else math.nan
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+# Putting it together for `evaluate`, `ask` and the report
+
+
+def evaluation_summary(
+    questions: Sequence[Question], predictions: Sequence[str], scores: Sequence[AnswerScore], documents: Sequence[str]
+) -> dict[str, float]:
+    """Every confidence metric of answers to questions with gold places: selective metrics and the recall split."""
+    correct = [p == q.place for p, q in zip(predictions, questions, strict=True)]
+    metrics = {"accuracy": sum(correct) / len(correct)}
+    metrics |= selective_metrics([s.mean_logprob for s in scores], correct)
+    metrics |= recall_split(place_in_document(questions, documents), correct)
+    return metrics
+
+
+def percent(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 100:.1f}%"
+
+
+def format_summary(m: dict[str, float]) -> str:
+    """The lines `evaluate` prints after its `Correct: ...` line."""
+    lines = ["Accuracy of the most confident answers (ranked by mean log-probability per character):"]
+    lines += [
+        f"  coverage {round(c * 100):3d}%: {percent(m[f'accuracy_at_coverage_{round(c * 100)}'])}" for c in COVERAGES
+    ]
+    lines.append(f"  area under the accuracy-coverage curve: {m['coverage_auc']:.3f}")
+    lines.append(f"  expected calibration error ({ECE_BINS} bins of exp(mean logprob)): {m['ece']:.3f}")
+    lines.append("Accuracy by whether the gold place occurs in the person's pretraining document:")
+    for group, label in (
+        ("place_in_document", "place in document"),
+        ("place_not_in_document", "place not in document"),
+        ("no_document", "no document found"),
+    ):
+        lines.append(f"  {label}: {percent(m[f'{group}_accuracy'])} of {int(m[f'{group}_count'])} questions")
+    return "\n".join(lines)
+
+
+def scores_tsv(entries: Sequence[Question | None], scores: Sequence[AnswerScore]) -> str:
+    """`prediction<TAB>logprob<TAB>mean_logprob` per input line; a blank input line gets a blank line.
+
+    A tab, newline or carriage return generated inside an answer is written as a space, so
+    the file keeps one line per input line.
+    """
+    it = iter(scores)
+    lines = []
+    for q in entries:
+        s = next(it) if q is not None else None
+        answer = "" if s is None else re.sub(r"[\t\n\r]", " ", s.answer)
+        lines.append(f"{answer}\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" if s is not None else "")
+    return "".join(line + "\n" for line in lines)
+
+
+def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:
+    """Read a file written by `scores_tsv`: one entry per line, None for a blank line."""
+    lines = read_text(path).split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line
+    out: list[AnswerScore | None] = []
+    for n, line in enumerate(lines, start=1):
+        if not line:
+            out.append(None)
+            continue
+        fields = line.split("\t")
+        try:
+            out.append(AnswerScore(fields[0], float(fields[1]), float(fields[2]), 0))
+        except (IndexError, ValueError):
+            raise UserError(f"{path}:{n}: expected 'prediction<TAB>logprob<TAB>mean_logprob', got {line!r}") from None
+    return out
+
+
+def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[AnswerScore]) -> str:
+    """What `ask` prints: the greedy answer, its confidence, and the beam search's best answers.
+
+    Answers are quoted (Python repr), so an empty answer or a generated newline stays visible.
+    """
+    lines = [
+        question,
+        f"answer: {answer.answer!r}",
+        f"confidence: logprob {answer.logprob:.3f}, mean per character {answer.mean_logprob:.3f}, "
+        f"probability {math.exp(answer.logprob):.3g}",
+        f"top {len(alternatives)} answers by beam search:",
+    ]
+    width = max((len(repr(a.answer)) for a in alternatives), default=0)
+    for i, a in enumerate(alternatives, start=1):
+        shown = repr(a.answer)
+        lines.append(f"  {i}. {shown:<{width}}  logprob {a.logprob:8.3f}  probability {math.exp(a.logprob):.3g}")
+    return "\n".join(lines)

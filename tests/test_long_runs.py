@@ -1,0 +1,187 @@
+"""Specification of long-run safety: resume, checkpoints, atomic files, determinism, torchrun."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO_ROOT, TINY_MODEL
+
+import run
+from dataset import CharCorruptionDataset
+from model import GPT, GPTConfig
+from trainer import Trainer, TrainerConfig
+from utils import atomic_path, torch_load_safe
+
+RUN = [sys.executable, str(REPO_ROOT / "src" / "run.py")]
+
+
+def tiny_trainer(impl: str, max_steps: int, ckpt: Path | None) -> Trainer:
+    random.seed(0)
+    torch.manual_seed(0)
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    cfg = TrainerConfig(
+        max_epochs=4, batch_size=7, learning_rate=1e-2, lr_decay=True, warmup_tokens=50, final_tokens=5000,
+        impl=impl, max_steps=max_steps, ckpt_path=str(ckpt) if ckpt else None, ckpt_every=0,
+    )  # fmt: skip
+    return Trainer(model, ds, cfg, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_resumed_training_ends_bit_identical_to_an_uninterrupted_run(impl, tmp_path):
+    straight = tiny_trainer(impl, 16, None)
+    straight.train()
+    first = tiny_trainer(impl, 9, tmp_path / "a.ckpt")  # stops mid-epoch (6 batches an epoch)
+    first.train()
+    second = tiny_trainer(impl, 16, None)
+    torch.manual_seed(123)  # a different RNG state, which resume must restore
+    second.resume(torch_load_safe(tmp_path / "a.ckpt"))
+    second.train()
+    assert second.losses == straight.losses
+    for (name, a), b in zip(straight.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def pretrain_cmd(tmp_path: Path, corpus: Path, *extra: str) -> list[str]:
+    return RUN + [
+        "pretrain", "vanilla", str(corpus), "--writing_params_path", str(tmp_path / "pt.params"), *TINY_MODEL,
+        "--batch_size", "2", *extra,
+    ]  # fmt: skip
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+
+
+def test_run_killed_with_sigkill_resumes_to_the_same_final_params(tiny_corpus, tmp_path):
+    straight_dir = tmp_path / "straight"
+    straight_dir.mkdir()
+    cmd = pretrain_cmd(straight_dir, tiny_corpus, "--max_steps", "400", "--ckpt_every", "5")
+    subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path)
+    cmd = pretrain_cmd(tmp_path, tiny_corpus, "--max_steps", "400", "--ckpt_every", "5")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    wait_for(tmp_path / "pt.params.ckpt", proc)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL  # really interrupted, not finished
+    assert not (tmp_path / "pt.params").exists()
+    subprocess.run(cmd + ["--resume"], check=True, capture_output=True, cwd=tmp_path)
+    a = torch.load(straight_dir / "pt.params", weights_only=True)
+    b = torch.load(tmp_path / "pt.params", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tiny_corpus, tmp_path):
+    cmd = pretrain_cmd(tmp_path, tiny_corpus, "--max_steps", "100000", "--ckpt_every", "3")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    wait_for(tmp_path / "pt.params.ckpt", proc)
+    before = (tmp_path / "pt.params.ckpt").stat().st_mtime_ns
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "--resume" in err and "Traceback" not in err
+    assert (tmp_path / "pt.params.ckpt").stat().st_mtime_ns >= before
+    ckpt = torch_load_safe(tmp_path / "pt.params.ckpt")
+    assert ckpt["step"] >= 3
+
+
+def test_resume_without_a_checkpoint_is_a_user_error(tiny_corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", "--resume", *TINY_MODEL]
+    assert run.main(argv) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_resume_with_other_settings_is_refused(tiny_corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL]
+    assert run.main(base + ["--max_steps", "2"]) == 0
+    capsys.readouterr()
+    assert run.main(base + ["--max_steps", "4", "--pretrain_lr", "1e-3", "--resume"]) == 2
+    assert "--pretrain_lr" in capsys.readouterr().err
+
+
+def test_fresh_run_warns_before_replacing_an_existing_checkpoint(tiny_corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL]
+    run.main(base + ["--max_steps", "2"])
+    capsys.readouterr()
+    run.main(base + ["--max_steps", "2"])
+    assert "warning: pt.params.ckpt exists" in capsys.readouterr().out
+
+
+def test_same_seed_gives_identical_params(tiny_corpus, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("a", "b"):
+        argv = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", f"{name}.params", "--seed", "7"]
+        assert run.main(argv + ["--max_steps", "3", *TINY_MODEL]) == 0
+    a, b = (torch.load(f"{n}.params", weights_only=True) for n in "ab")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_crash_during_a_write_leaves_the_old_file_intact(tmp_path):
+    target = tmp_path / "model.params"
+    target.write_bytes(b"good")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("crash mid-write")
+    assert target.read_bytes() == b"good"
+    assert list(tmp_path.iterdir()) == [target]
+
+
+def test_process_killed_during_a_save_leaves_the_old_file_intact(tmp_path):
+    target = tmp_path / "model.params"
+    torch.save({"w": torch.ones(3)}, target)
+    script = f"""
+import os, signal, sys, torch
+sys.path.insert(0, {str(REPO_ROOT / "src")!r})
+import utils
+def dying_save(obj, f):
+    open(f, "wb").write(b"partial")
+    os.kill(os.getpid(), signal.SIGKILL)
+torch.save = dying_save
+utils.torch_save_atomic({{"w": torch.zeros(3)}}, {str(target)!r})
+"""
+    proc = subprocess.run([sys.executable, "-c", script])
+    assert proc.returncode == -signal.SIGKILL
+    assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="gloo not available")
+def test_two_process_torchrun_matches_one_process_and_writes_one_params_file(tiny_corpus, tiny_dev_tsv, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def losses(folder: Path) -> list[float]:
+        (log,) = (folder / "expt" / "pretrain").iterdir()
+        return [e.value for e in EventAccumulator(str(log)).Reload().Scalars("train/loss")]
+
+    common = [
+        "pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL,
+        "--max_steps", "4", "--batch_size", "8", "--dropout", "0", "--fp32",
+    ]  # fmt: skip
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(RUN + common, check=True, capture_output=True, cwd=one, env=env)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.run(torchrun + RUN[1:] + common, capture_output=True, text=True, cwd=two, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in two.glob("*.params*")) == ["pt.params", "pt.params.ckpt", "pt.params.json"]
+    assert losses(two) == pytest.approx(losses(one), rel=0.02)
+    evaluate = [
+        "evaluate", "vanilla", str(tiny_corpus), "--reading_params_path", str(two / "pt.params"),
+        "--eval_corpus_path", str(tiny_dev_tsv), "--outputs_path", str(two / "dev.p"), *TINY_MODEL,
+    ]  # fmt: skip
+    assert run.main(evaluate) == 0
