@@ -1,0 +1,292 @@
+"""Train a character-level GPT on Tiny Shakespeare and sample from it.
+
+    python data/get_data.py                              # once: places data/tinyshakespeare/input.txt
+    python mingpt-demo/play_char.py                      # the CPU default: under 4 minutes on 2 shared cores
+    python mingpt-demo/play_char.py --max_iters 300      # a quick look (babble with line breaks)
+    python mingpt-demo/play_char.py --input my.txt       # any UTF-8 text
+
+The model and the training loop are the repository's (`src/model.py`,
+`src/trainer.py`), and so is sampling (`src/utils.py`). This file adds the
+character dataset and the few steps that tie them together; `play_char.ipynb`
+imports these functions and runs the same steps cell by cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "src"))
+
+from dataset import Vocabulary, read_text  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from trainer import Trainer, TrainerConfig  # noqa: E402
+from utils import UserError, bf16_supported, pick_device, sample, seed_everything  # noqa: E402
+
+DEFAULT_INPUT = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
+
+
+@dataclass
+class DemoConfig:
+    """Everything the demo needs; the defaults are the CPU setting measured in README.md."""
+
+    input: str = str(DEFAULT_INPUT)
+    # model
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    # training
+    max_iters: int = 1200
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    warmup_iters: int = 100
+    val_fraction: float = 0.1
+    print_every: int = 100
+    seed: int = 0
+    device: str = "auto"
+    threads: int = 1  # CPU threads; 1 is the fastest on a busy shared machine (see README.md), 0: torch's default
+    fp32: bool = False
+    # sampling
+    prompt: str = "O God, O God!"
+    sample_chars: int = 500
+    temperature: float = 0.8
+    top_k: int | None = 10
+    greedy: bool = False
+
+
+# ---------------------------------------------------------------------------
+# Data
+
+
+def load_text(path: str | Path) -> str:
+    """The whole training text; a missing file is a UserError that names the data step."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: not found; run `python data/get_data.py` first, or pass --input FILE")
+    return read_text(path)
+
+
+class CharDataset(Dataset):
+    """A text cut into windows of block_size + 1 characters; one epoch is one pass over the text.
+
+    ds[i] -> (x, y), LongTensors (block_size,): the first and the last block_size
+    characters of the i-th window, so y[t] is the character that follows x[t].
+    `epoch_batches` (the Trainer's fast path) shifts the cut by a random offset
+    every epoch, so over epochs the model sees windows starting anywhere.
+    Ids come from the repository's Vocabulary: 0 is PAD (ignored by the loss)
+    and 1 is MASK, both unused here, so no real character has id 0.
+    """
+
+    def __init__(self, text: str, block_size: int, vocab: Vocabulary):
+        if len(text) <= block_size:
+            raise UserError(f"the text has {len(text)} characters; block_size {block_size} needs more")
+        self.vocab = vocab
+        self.vocab_size = len(vocab)
+        self.block_size = block_size
+        self.example_length = block_size  # tokens per example, for the Trainer's LR schedule
+        self.ids = np.array(vocab.encode(text, where="text"), dtype=np.int64)  # (N,)
+
+    def __len__(self) -> int:
+        return (len(self.ids) - 1) // self.block_size
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        window = torch.from_numpy(self.ids[i * self.block_size : (i + 1) * self.block_size + 1])
+        return window[:-1], window[1:]
+
+    def epoch_batches(self, batch_size: int, rng: np.random.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """len(self) windows (B, block_size) per epoch: the cut shifted by a random offset, in random order."""
+        last = len(self.ids) - 1 - self.block_size  # the last possible start
+        starts = rng.integers(self.block_size) + self.block_size * rng.permutation(len(self))
+        starts = np.minimum(starts, last)  # the final window of a shifted cut may overlap its neighbour
+        offsets = np.arange(self.block_size + 1)
+        for s in range(0, len(starts), batch_size):
+            windows = torch.from_numpy(self.ids[starts[s : s + batch_size, None] + offsets])  # (B, block_size + 1)
+            yield windows[:, :-1], windows[:, 1:]
+
+
+def make_datasets(text: str, block_size: int, val_fraction: float) -> tuple[CharDataset, CharDataset | None]:
+    """Train on the first (1 - val_fraction) of the text, validate on the rest (None if too short)."""
+    vocab = Vocabulary.from_text(text)
+    n_val = int(len(text) * val_fraction)
+    train_set = CharDataset(text[: len(text) - n_val], block_size, vocab)
+    val_set = CharDataset(text[len(text) - n_val :], block_size, vocab) if n_val > block_size else None
+    return train_set, val_set
+
+
+# ---------------------------------------------------------------------------
+# Model, training, sampling
+
+
+def setup(cfg: DemoConfig) -> torch.device:
+    """Decide the device once, and the number of CPU threads."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return pick_device(cfg.device)
+
+
+def make_model(cfg: DemoConfig, vocab_size: int) -> GPT:
+    """The repository's GPT (vanilla) at the demo's size."""
+    if cfg.n_embd % cfg.n_head:
+        raise UserError(f"--n_embd {cfg.n_embd} must be divisible by --n_head {cfg.n_head}")
+    seed_everything(cfg.seed)
+    p = cfg.dropout
+    return GPT(GPTConfig(vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd, p, p, p))
+
+
+def train(model: GPT, train_set: CharDataset, cfg: DemoConfig, device: torch.device) -> list[float]:
+    """max_iters steps of the repository's Trainer (AdamW, warm-up then cosine decay); returns every step's loss."""
+    tokens_per_iter = cfg.batch_size * cfg.block_size
+    iters_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
+    config = TrainerConfig(
+        max_epochs=math.ceil(cfg.max_iters / iters_per_epoch),
+        max_steps=cfg.max_iters,
+        batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        lr_decay=True,
+        warmup_tokens=cfg.warmup_iters * tokens_per_iter,
+        final_tokens=cfg.max_iters * tokens_per_iter,
+        cosine_cap=True,
+        bf16=not cfg.fp32,
+        seed=cfg.seed,
+    )
+
+    def log(name: str, value: float, step: int) -> None:
+        if name == "train/loss" and (step % cfg.print_every == 0 or step == cfg.max_iters):
+            tqdm.write(f"iter {step}: loss {value:.4f}")
+
+    return Trainer(model, train_set, config, device, log).train()
+
+
+@torch.no_grad()
+def estimate_loss(model: GPT, dataset: CharDataset, device: torch.device, windows: int = 1024) -> float:
+    """Mean loss over a fixed random set of `windows` windows of `dataset` (fp32, no dropout)."""
+    model.eval()
+    batches = islice(dataset.epoch_batches(64, np.random.default_rng(0)), math.ceil(windows / 64))
+    losses = [model(x.to(device), y.to(device))[1].item() for x, y in batches]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def generate(
+    model: GPT,
+    vocab: Vocabulary,
+    prompt: str,
+    chars: int,
+    device: torch.device,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    greedy: bool = False,
+) -> str:
+    """The prompt and `chars` more characters, drawn with the repository's `sample`."""
+    if not prompt:
+        raise UserError("--prompt must not be empty")
+    top_k = min(top_k, len(vocab)) if top_k else None
+    x = torch.tensor([vocab.encode(prompt, where="--prompt")], dtype=torch.long, device=device)  # (1, T)
+    y = sample(model, x, chars, temperature=temperature, sample=not greedy, top_k=top_k)  # (1, T + chars)
+    return vocab.decode(y[0].tolist())
+
+
+# ---------------------------------------------------------------------------
+# The demo, start to end
+
+
+def run(cfg: DemoConfig) -> str:
+    """Load, train, report the loss and return a sample: what the notebook does, in one call."""
+    text = load_text(cfg.input)
+    train_set, val_set = make_datasets(text, cfg.block_size, cfg.val_fraction)
+    if not cfg.prompt:
+        raise UserError("--prompt must not be empty")
+    train_set.vocab.encode(cfg.prompt, where="--prompt")  # fail now, not after training
+    device = setup(cfg)
+    print(f"data: {cfg.input}: {len(text):,} characters, {len(train_set.vocab) - 2} distinct")
+    model = make_model(cfg, train_set.vocab_size)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, n_embd {cfg.n_embd}, {n_params / 1e6:.2f}M parameters")
+    precision = "bf16 autocast" if not cfg.fp32 and bf16_supported(device) else "fp32"
+    print(
+        f"training: {cfg.max_iters} iterations of {cfg.batch_size} windows of {cfg.block_size} on {device}, {precision}"
+    )
+    t0 = time.time()
+    losses = train(model, train_set, cfg, device)
+    seconds = time.time() - t0
+    tail = losses[-100:]
+    line = f"trained {len(losses)} iterations in {seconds:.0f} s: train loss {sum(tail) / len(tail):.3f}"
+    if val_set is not None:
+        line += f", val loss {estimate_loss(model, val_set, device):.3f}"
+    print(line + f" (train: mean of the last {len(tail)} steps)")
+    seed_everything(cfg.seed)
+    out = generate(model, train_set.vocab, cfg.prompt, cfg.sample_chars, device, cfg.temperature, cfg.top_k, cfg.greedy)
+    how = "greedy" if cfg.greedy else f"temperature {cfg.temperature}, top_k {cfg.top_k}"
+    print(f"\n--- sample ({how}) ---\n{out}")
+    return out
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every flag's default."""
+
+
+def parse_args(argv: list[str] | None = None) -> DemoConfig:
+    d = DemoConfig()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--input", default=d.input, help="text to train on (default: Tiny Shakespeare from the data step)")
+    p.add_argument("--block_size", type=int, default=d.block_size, help="context length in characters")
+    p.add_argument("--n_layer", type=int, default=d.n_layer, help="transformer blocks")
+    p.add_argument("--n_head", type=int, default=d.n_head, help="attention heads")
+    p.add_argument("--n_embd", type=int, default=d.n_embd, help="embedding width")
+    p.add_argument("--dropout", type=float, default=d.dropout, help="dropout on embeddings, attention and residuals")
+    p.add_argument("--max_iters", type=int, default=d.max_iters, help="optimizer steps to train for")
+    p.add_argument("--batch_size", type=int, default=d.batch_size, help="windows per step")
+    p.add_argument("--learning_rate", type=float, default=d.learning_rate, help="peak learning rate")
+    p.add_argument("--warmup_iters", type=int, default=d.warmup_iters, help="steps of linear warm-up before the cosine")
+    p.add_argument("--val_fraction", type=float, default=d.val_fraction, help="end of the text held out for val loss")
+    p.add_argument("--print_every", type=int, default=d.print_every, help="print the training loss every N steps")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed for init, data order and sampling")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device, help="where to run")
+    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads (0: torch's default, all cores)")
+    p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
+    p.add_argument("--prompt", default=d.prompt, help="text the sample starts from")
+    p.add_argument("--sample_chars", type=int, default=d.sample_chars, help="characters to generate")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature (lower: safer)")
+    p.add_argument("--top_k", type=int, default=d.top_k, help="sample among the k likeliest characters (0: all)")
+    p.add_argument("--greedy", action="store_true", help="take the likeliest character every time instead of sampling")
+    args = p.parse_args(argv)
+    for flag in ("block_size", "n_layer", "n_head", "n_embd", "max_iters", "batch_size", "print_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be at least 1")
+    for flag in ("warmup_iters", "threads", "sample_chars", "top_k"):
+        if getattr(args, flag) < 0:
+            p.error(f"--{flag} must not be negative")
+    if not 0 <= args.val_fraction < 1:
+        p.error("--val_fraction must be in [0, 1)")
+    if args.temperature <= 0:
+        p.error("--temperature must be positive (use --greedy for the likeliest character)")
+    args.top_k = args.top_k or None
+    return DemoConfig(**vars(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        run(cfg)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
