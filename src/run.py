@@ -168,20 +168,54 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
     return model
 
 
-def trainer_config(args: argparse.Namespace, mode: str, pretrain_len: int, pretrained: bool) -> TrainerConfig:
-    """The handout's settings for each mode; --max_epochs/--batch_size/... override them."""
-    if mode == "pretrain":
-        epochs, batch, lr = 650, 128, args.pretrain_lr
+# Each preset fills the flags the user left unset. "handout" is the course's
+# recipe (the default: comparable with published numbers); "cpu" is this
+# repository's recipe for reaching the same accuracy on a 2-core CPU in about
+# two hours (see README, "A CPU recipe"): smaller batches, no dropout while
+# memorising the corpus, and a cosine that ends exactly when training does.
+PRESETS = {
+    "handout": {
+        "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "schedule": "handout"},
+        "finetune": {"batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+    },
+    "cpu": {
+        "pretrain": {"max_epochs": 200, "batch_size": 32, "pretrain_lr": 2e-3, "dropout": 0.0, "schedule": "run"},
+        "finetune": {"batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+    },
+}
+
+
+def apply_preset(args: argparse.Namespace) -> None:
+    """Fill every unset (None) flag from the preset; explicit flags win."""
+    preset = dict(PRESETS[args.preset]["pretrain" if args.function == "pretrain" else "finetune"])
+    args.schedule = preset.pop("schedule")
+    for key, value in {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, **preset}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.max_epochs is None:  # finetuning, as in the handout: fewer epochs after pretraining
+        args.max_epochs = 10 if args.reading_params_path else 75
+
+
+def trainer_config(args: argparse.Namespace, pretrain_len: int) -> TrainerConfig:
+    """TrainerConfig from the resolved flags (see apply_preset)."""
+    if args.function == "pretrain":
+        lr = args.pretrain_lr
     else:
-        epochs, batch, lr = (10 if pretrained else 75), 256, args.finetune_lr
+        lr = args.finetune_lr
+    if args.schedule == "run":  # the cosine spans exactly this run's epochs
+        final_tokens = args.max_epochs * pretrain_len * (BLOCK_SIZE - 1)
+        cap = True
+    else:  # the handout's: final_tokens fixed by the pretraining corpus, cosine uncapped unless asked
+        final_tokens = 200 * pretrain_len * BLOCK_SIZE
+        cap = args.cosine_cap
     return TrainerConfig(
-        max_epochs=args.max_epochs if args.max_epochs is not None else epochs,
-        batch_size=args.batch_size if args.batch_size is not None else batch,
+        max_epochs=args.max_epochs,
+        batch_size=args.batch_size,
         learning_rate=lr,
         lr_decay=True,
         warmup_tokens=512 * 20,
-        final_tokens=200 * pretrain_len * BLOCK_SIZE,
-        cosine_cap=args.cosine_cap,
+        final_tokens=final_tokens,
+        cosine_cap=cap,
         num_workers=args.num_workers,
         max_steps=args.max_steps,
         impl=args.impl,
@@ -195,7 +229,7 @@ def trainer_config(args: argparse.Namespace, mode: str, pretrain_len: int, pretr
 # Arguments that must be the same for --resume to continue a run rather than start another.
 RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
-    "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "finetune_corpus_path",
+    "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path",
 )  # fmt: skip
 
@@ -227,7 +261,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
             raise UserError("finetune needs --finetune_corpus_path")
         path = find_data_file(args.finetune_corpus_path, "finetune corpus")
         dataset = NameDataset(pretrain_dataset, path)
-    cfg = trainer_config(args, args.function, len(pretrain_dataset), args.reading_params_path is not None)
+    cfg = trainer_config(args, len(pretrain_dataset))
     ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
     if args.reading_params_path is not None:
@@ -392,16 +426,27 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scores_path", default=None, help="evaluate: also write prediction<TAB>logprob<TAB>mean_logprob per line"
     )
-    p.add_argument("--pretrain_lr", type=float, default=6e-3, help="peak learning rate for pretraining")
-    p.add_argument("--finetune_lr", type=float, default=6e-4, help="peak learning rate for finetuning")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="handout",
+        help="recipe for unset flags: handout (the course's, default) or cpu (fast on a 2-core CPU; see README)",
+    )
+    p.add_argument("--pretrain_lr", type=float, default=None, help="peak learning rate for pretraining (6e-3)")
+    p.add_argument("--finetune_lr", type=float, default=None, help="peak learning rate for finetuning (6e-4)")
     p.add_argument("--bottleneck_dim", type=int, default=32, help="perceiver bottleneck length m")
     p.add_argument("--n_layer", type=int, default=4, help="transformer blocks (perceiver: down + n_layer-2 + up)")
     p.add_argument("--n_head", type=int, default=8, help="attention heads")
     p.add_argument("--n_embd", type=int, default=256, help="embedding width")
     p.add_argument("--tb_expt_name", default="run", help="TensorBoard run name prefix (logs go to expt/<function>/)")
-    p.add_argument("--max_epochs", type=int, default=None, help="override the mode's epochs (650/75/10)")
+    p.add_argument(
+        "--max_epochs",
+        type=int,
+        default=None,
+        help="epochs (handout: pretrain 650; finetune 75, or 10 after pretraining)",
+    )
     p.add_argument("--max_steps", type=int, default=None, help="stop after this many optimizer steps")
-    p.add_argument("--batch_size", type=int, default=None, help="override the mode's batch size (128/256)")
+    p.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
     p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
     p.add_argument("--num_workers", type=int, default=0, help="DataLoader workers (reference path only)")
@@ -411,7 +456,7 @@ def make_parser() -> argparse.ArgumentParser:
         default="fast",
         help="fast: bucketed vectorised batches, bf16, batched KV-cache decoding; reference: the handout's plain loop",
     )
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout of embeddings, attention and residuals")
+    p.add_argument("--dropout", type=float, default=None, help="dropout of embeddings, attention and residuals (0.1)")
     p.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt")
     p.add_argument("--ckpt_every", type=int, default=100, help="optimizer steps between checkpoints (0: at the end)")
     p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
@@ -426,6 +471,7 @@ def run(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UserError(f"--{flag} must be at least 1, got {value}")
+    apply_preset(args)
     seed_everything(args.seed)
     device, rank = init_distributed(args.device)
     if rank != 0:

@@ -228,3 +228,36 @@ def test_london_baseline_scores_five_percent_on_the_real_dev_set(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Correct: 25.0 out of 500.0: 5.0%" in proc.stdout
     assert out.read_text().splitlines() == ["London"] * 500
+
+
+# ---------------------------------------------------------------------------
+# Presets
+
+
+def resolved(*argv: str):
+    args = run.make_parser().parse_args(list(argv))
+    run.apply_preset(args)
+    return args
+
+
+def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
+    pre = resolved("pretrain", "vanilla", "wiki.txt")
+    assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout) == (650, 128, 6e-3, 0.1)
+    cfg = run.trainer_config(pre, 2937)
+    assert cfg.final_tokens == 200 * 2937 * 128 and not cfg.cosine_cap
+    fin = resolved("finetune", "vanilla", "wiki.txt", "--reading_params_path", "x")
+    assert (fin.max_epochs, fin.batch_size, fin.finetune_lr) == (10, 256, 6e-4)
+    assert resolved("finetune", "vanilla", "wiki.txt").max_epochs == 75
+
+
+def test_cpu_preset_ends_its_cosine_with_the_run():
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
+    cfg = run.trainer_config(args, 2937)
+    assert cfg.cosine_cap and cfg.final_tokens == args.max_epochs * 2937 * 127
+
+
+def test_explicit_flags_win_over_the_preset():
+    args = resolved(
+        "pretrain", "perceiver", "wiki.txt", "--preset", "cpu", "--pretrain_lr", "6e-3", "--max_epochs", "3"
+    )
+    assert (args.pretrain_lr, args.max_epochs) == (6e-3, 3)

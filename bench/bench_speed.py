@@ -1,0 +1,169 @@
+"""Speed benchmark: reference path vs fast path, measured in the same run.
+
+    python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
+    python bench/bench_speed.py --parts train   # train | eval | finetune
+
+(1) training throughput for vanilla and perceiver: real tokens/s (non-PAD
+    targets) and handout-equivalent tokens/s (examples x 127 positions, what the
+    handout's loop computes), reference vs fast;
+(2) greedy decoding of the 500 dev questions: reference (one line at a time,
+    full recompute) vs fast (batched; KV cache for vanilla);
+(3) a 10-epoch finetune on the 2,000 training questions with the fast path.
+
+Prints a markdown table and writes bench/results/speed.json. Wall-clock on a
+shared machine is noisy: compare the ratios, which are measured back to back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from dataset import CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from run import predict  # noqa: E402
+from trainer import Trainer, TrainerConfig  # noqa: E402
+from utils import autocast, write_json_atomic  # noqa: E402
+
+DATA = ROOT / "data"
+
+
+def model_for(variant: str, vocab_size: int, impl: str) -> GPT:
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=vocab_size, perceiver=variant == "perceiver", bottleneck_dim=64)
+    model = GPT(cfg)
+    model.set_impl(impl)
+    return model
+
+
+def train_throughput(ds: CharCorruptionDataset, variant: str, impl: str, steps: int, batch: int) -> dict:
+    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings."""
+    model = model_for(variant, ds.vocab_size, impl)
+    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, impl=impl, max_steps=steps + 2)
+    trainer = Trainer(model, ds, cfg, torch.device("cpu"))
+    real_tokens, examples, t_start = 0, 0, None
+    it = iter(_batches_forever(trainer))
+    model.train()
+    for i in range(steps + 2):
+        if i == 2:
+            t_start = time.perf_counter()
+        x, y = next(it)
+        with autocast(trainer.device, impl == "fast"):
+            _, loss = model(x, y)
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        trainer.optimizer.step()
+        if i >= 2:
+            real_tokens += int((y != 0).sum())
+            examples += x.size(0)
+    seconds = time.perf_counter() - t_start
+    return {
+        "variant": variant,
+        "impl": impl,
+        "steps": steps,
+        "batch_size": batch,
+        "seconds_per_step": seconds / steps,
+        "real_tokens_per_s": real_tokens / seconds,
+        "handout_tokens_per_s": examples * ds.example_length / seconds,
+    }
+
+
+def _batches_forever(trainer: Trainer):
+    epoch = 0
+    while True:
+        yield from trainer.batches(epoch)
+        epoch += 1
+
+
+def eval_speed(ds: CharCorruptionDataset, variant: str) -> dict:
+    """Decode the 500 dev questions with both decoders from the same (untrained: it never stops early) model."""
+    questions = [q.text for q in read_questions(DATA / "birth_dev.tsv", require_place=False) if q]
+    out = {"variant": variant, "lines": len(questions)}
+    preds = {}
+    for impl in ("reference", "fast"):
+        model = model_for(variant, ds.vocab_size, impl)
+        t0 = time.perf_counter()
+        preds[impl] = predict(model, ds.vocab, questions, impl, torch.device("cpu"))
+        out[f"{impl}_seconds"] = time.perf_counter() - t0
+    out["identical_predictions"] = preds["reference"] == preds["fast"]
+    out["speedup"] = out["reference_seconds"] / out["fast_seconds"]
+    return out
+
+
+def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
+    model = model_for(variant, ds.vocab_size, "fast")
+    names = NameDataset(ds, DATA / "birth_places_train.tsv")
+    cfg = TrainerConfig(
+        max_epochs=epochs,
+        batch_size=256,
+        learning_rate=6e-4,
+        lr_decay=True,
+        warmup_tokens=512 * 20,
+        final_tokens=200 * len(ds) * 128,
+    )
+    t0 = time.perf_counter()
+    Trainer(model, names, cfg, torch.device("cpu")).train()
+    return {"variant": variant, "epochs": epochs, "examples": len(names), "seconds": time.perf_counter() - t0}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", nargs="+", default=["train", "eval", "finetune"], help="which measurements to run")
+    p.add_argument("--ref_steps", type=int, default=4, help="timed reference-path steps per variant")
+    p.add_argument("--fast_steps", type=int, default=20, help="timed fast-path steps per variant")
+    p.add_argument("--batch_size", type=int, default=128, help="pretraining batch size (handout: 128)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.json", help="JSON output")
+    args = p.parse_args()
+    random.seed(0)
+    np.random.seed(0)
+    ds = CharCorruptionDataset(read_text(DATA / "wiki.txt"), 128)
+    result: dict = {
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    lines = []
+    if "train" in args.parts:
+        rows = []
+        for variant in ("vanilla", "perceiver"):
+            ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size)
+            fast = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size)
+            rows += [ref, fast]
+            ratio = fast["handout_tokens_per_s"] / ref["handout_tokens_per_s"]
+            lines.append(
+                f"| train {variant} | {ref['seconds_per_step']:.2f} s/step, {ref['handout_tokens_per_s']:,.0f} tok/s "
+                f"| {fast['seconds_per_step']:.2f} s/step, {fast['handout_tokens_per_s']:,.0f} tok/s "
+                f"({fast['real_tokens_per_s']:,.0f} real) | {ratio:.1f}x |"
+            )
+        result["train"] = rows
+    if "eval" in args.parts:
+        result["eval"] = []
+        for variant in ("vanilla", "perceiver"):
+            e = eval_speed(ds, variant)
+            result["eval"].append(e)
+            lines.append(
+                f"| decode 500 dev lines, {variant} | {e['reference_seconds']:.1f} s | {e['fast_seconds']:.2f} s "
+                f"(identical: {e['identical_predictions']}) | {e['speedup']:.0f}x |"
+            )
+    if "finetune" in args.parts:
+        f = finetune_time(ds, "vanilla", 10)
+        result["finetune"] = f
+        lines.append(f"| finetune 10 epochs, 2,000 examples | - | {f['seconds']:.0f} s | - |")
+    table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
+    result["table"] = table
+    write_json_atomic(args.out, result)
+    print(f"{result['machine']}, {result['date']}\n\n{table}\n\nwritten to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
