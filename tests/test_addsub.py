@@ -1,0 +1,396 @@
+"""AddSub specification: the data, the building blocks against plain loops, the
+masking, greedy decoding, the params files and the command line."""
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+import addsub  # noqa: E402
+from addsub import (  # noqa: E402
+    BOS,
+    EOS,
+    AddNorm,
+    AddSubConfig,
+    AddSubTransformer,
+    FeedForward,
+    PositionalEncoding,
+    UserError,
+    decode,
+    encode,
+    load_params,
+    main,
+    parse_expression,
+    split_expressions,
+    write_splits,
+)
+from attention import MultiHeadAttention  # noqa: E402
+
+TINY = AddSubConfig(num_heads=2, emb_dim=8, dim_feedforward=8, num_encoder_layers=2, num_decoder_layers=2, dropout=0.0)
+TINY_FLAGS = "--emb_dim 8 --num_heads 2 --dim_feedforward 8 --num_encoder_layers 1 --num_decoder_layers 1".split()
+
+
+def random_batch(n: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 16, (n, 9), generator=g), torch.randint(0, 16, (n, 5), generator=g)
+
+
+def one_line_error(err: str) -> bool:
+    return err.startswith("error: ") and err.strip().count("\n") == 0 and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------
+# The language and the split
+
+
+def test_vocabulary_is_the_16_task_tokens_without_pad():
+    assert len(addsub.TOKENS) == 16
+    assert set(addsub.TOKENS) == {*map(str, range(10)), "POSITIVE", "NEGATIVE", "add", "subtract", "BOS", "EOS"}
+
+
+def test_example_from_the_issue_is_generated():
+    assert addsub.expression_text(-30, "subtract", -34) == (
+        "BOS NEGATIVE 30 subtract NEGATIVE 34 EOS",
+        "BOS POSITIVE 04 EOS",
+    )
+
+
+def test_zero_is_written_positive_00():
+    assert addsub.number_text(0) == "POSITIVE 00"
+    assert addsub.expression_text(5, "subtract", 5)[1] == "BOS POSITIVE 00 EOS"
+
+
+def test_numbers_are_one_token_per_digit():
+    ids = encode("BOS NEGATIVE 30 subtract NEGATIVE 34 EOS")
+    assert len(ids) == 9
+    assert decode(ids) == "BOS NEGATIVE 30 subtract NEGATIVE 34 EOS"
+    assert ids[2:4] == [3, 0]
+
+
+def test_split_counts_are_80_10_10_of_all_12482_expressions():
+    splits = split_expressions()
+    assert {k: len(v) for k, v in splits.items()} == {"train": 9985, "val": 1248, "test": 1249}
+    assert sum(len(v) for v in splits.values()) == 79 * 79 * 2
+
+
+def test_splits_are_disjoint_and_cover_every_expression():
+    inputs = {k: {x for x, _ in v} for k, v in split_expressions().items()}
+    assert not inputs["train"] & inputs["val"]
+    assert not inputs["train"] & inputs["test"]
+    assert not inputs["val"] & inputs["test"]
+    assert set.union(*inputs.values()) == {x for x, _ in addsub.all_expressions()}
+
+
+def test_every_answer_is_the_true_result():
+    def value(sign: str, digits: str) -> int:
+        return int(digits) * (-1 if sign == "NEGATIVE" else 1)
+
+    for x, y in addsub.all_expressions():
+        _, sa, a, op, sb, b, _ = x.split()
+        _, sr, r, _ = y.split()
+        a, b = value(sa, a), value(sb, b)
+        assert value(sr, r) == (a + b if op == "add" else a - b)
+        assert not (sr == "NEGATIVE" and r == "00")
+
+
+def test_split_is_reproducible_byte_for_byte(tmp_path):
+    write_splits(tmp_path / "a")
+    write_splits(tmp_path / "b")
+    for name in ("train.txt", "val.txt", "test.txt"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_committed_split_files_equal_a_fresh_generation(tmp_path):
+    write_splits(tmp_path)
+    for name in ("train.txt", "val.txt", "test.txt"):
+        assert (REPO / "data" / "addsub" / name).read_bytes() == (tmp_path / name).read_bytes()
+
+
+def test_another_seed_gives_another_split():
+    assert split_expressions(0)["test"] != split_expressions(1)["test"]
+
+
+def test_split_files_are_input_tab_output_lines(tmp_path):
+    write_splits(tmp_path)
+    src, tgt = addsub.load_split(tmp_path, "val")
+    assert src.shape == (1248, 9) and tgt.shape == (1248, 5)
+    assert (src[:, 0] == BOS).all() and (src[:, -1] == EOS).all()
+    assert (tgt[:, 0] == BOS).all() and (tgt[:, -1] == EOS).all()
+
+
+# ---------------------------------------------------------------------------
+# Building blocks against plain loops (error < 1e-5)
+
+
+def loop_multi_head_attention(mha: MultiHeadAttention, x_q, x_kv, mask) -> torch.Tensor:
+    """One query, one head, one key at a time; mask (Tq, Tk) bool."""
+    B, Tq, C = x_q.shape
+    nh, hs = mha.n_head, C // mha.n_head
+    q, k, v = mha.query(x_q), mha.key(x_kv), mha.value(x_kv)
+    out = torch.zeros(B, Tq, C)
+    for b in range(B):
+        for h in range(nh):
+            cols = slice(h * hs, (h + 1) * hs)
+            for i in range(Tq):
+                keys = [j for j in range(x_kv.size(1)) if mask[i, j]]
+                scores = [float(q[b, i, cols] @ k[b, j, cols]) / math.sqrt(hs) for j in keys]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = sum(weights)
+                for j, w in zip(keys, weights):
+                    out[b, i, cols] += (w / total) * v[b, j, cols]
+    return mha.proj(out)
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_multi_head_attention_matches_a_loop_reference(impl):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, attn_pdrop=0.0, resid_pdrop=0.0).eval()
+    mha.impl = impl
+    x_q, x_kv = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    mask = torch.rand(4, 6) > 0.4
+    mask[:, 0] = True  # every query needs at least one key
+    with torch.no_grad():
+        got = mha(x_q, x_kv, mask.view(1, 1, 4, 6))
+        want = loop_multi_head_attention(mha, x_q, x_kv, mask)
+    assert (got - want).abs().max() < 1e-5
+
+
+def test_add_norm_matches_a_loop_layernorm_reference():
+    torch.manual_seed(0)
+    norm = AddNorm(8)
+    with torch.no_grad():
+        norm.ln.weight.normal_()
+        norm.ln.bias.normal_()
+    x, y = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    gain, bias = norm.ln.weight.detach(), norm.ln.bias.detach()
+    want = torch.zeros_like(x)
+    for b in range(2):
+        for t in range(3):
+            z = [float(x[b, t, c] + y[b, t, c]) for c in range(8)]
+            mean = sum(z) / 8
+            var = sum((zc - mean) ** 2 for zc in z) / 8
+            for c in range(8):
+                want[b, t, c] = (z[c] - mean) / math.sqrt(var + 1e-5) * gain[c] + bias[c]
+    with torch.no_grad():
+        assert (norm(x, y) - want).abs().max() < 1e-5
+
+
+def test_feed_forward_matches_a_loop_reference():
+    torch.manual_seed(0)
+    ff = FeedForward(8, 12, dropout=0.5).eval()
+    x = torch.randn(2, 3, 8)
+    w1, b1, w2, b2 = (p.detach() for p in (ff.fc1.weight, ff.fc1.bias, ff.fc2.weight, ff.fc2.bias))
+    want = torch.zeros_like(x)
+    for b in range(2):
+        for t in range(3):
+            hidden = [max(0.0, float(sum(w1[h, c] * x[b, t, c] for c in range(8)) + b1[h])) for h in range(12)]
+            for c in range(8):
+                want[b, t, c] = sum(w2[c, h] * hidden[h] for h in range(12)) + b2[c]
+    with torch.no_grad():
+        assert (ff(x) - want).abs().max() < 1e-5
+
+
+def test_sinusoidal_encoding_follows_the_paper_formula():
+    pe = PositionalEncoding(8, 16, "sinusoidal").pe
+    pos, i = 5, 2
+    assert pe[pos, 2 * i] == pytest.approx(math.sin(pos / 10000 ** (2 * i / 8)), abs=1e-6)
+    assert pe[pos, 2 * i + 1] == pytest.approx(math.cos(pos / 10000 ** (2 * i / 8)), abs=1e-6)
+
+
+def test_linear_encoding_adds_n_over_k_to_every_channel():
+    pe = PositionalEncoding(8, 16, "linear").pe
+    assert torch.equal(pe[4], torch.full((8,), 4 / 16))
+
+
+def test_fast_and_reference_attention_give_the_same_logits():
+    torch.manual_seed(0)
+    model = AddSubTransformer(TINY).eval()
+    src, tgt = random_batch()
+    with torch.no_grad():
+        model.set_attn_impl("fast")
+        fast = model(src, tgt)
+        model.set_attn_impl("reference")
+        ref = model(src, tgt)
+    assert (fast - ref).abs().max() < 1e-5
+
+
+def test_model_defaults_are_the_course_numbers():
+    cfg = AddSubConfig()
+    assert (cfg.num_heads, cfg.emb_dim, cfg.dim_feedforward, cfg.dropout) == (4, 32, 32, 0.2)
+    assert (cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.pos_encoding) == (4, 4, "sinusoidal")
+    assert addsub.TrainConfig().lr == 1e-3
+
+
+# ---------------------------------------------------------------------------
+# Masking and decoding
+
+
+def test_decoder_position_never_sees_later_targets():
+    torch.manual_seed(0)
+    model = AddSubTransformer(TINY).eval()
+    src, tgt = random_batch()
+    changed = tgt.clone()
+    changed[:, 3:] = (changed[:, 3:] + 1) % 16
+    with torch.no_grad():
+        before, after = model(src, tgt), model(src, changed)
+    assert torch.allclose(before[:, :3], after[:, :3], atol=1e-6)
+    assert not torch.allclose(before[:, 3:], after[:, 3:])
+
+
+def test_every_decoder_position_sees_the_whole_input():
+    torch.manual_seed(0)
+    model = AddSubTransformer(TINY).eval()
+    src, tgt = random_batch()
+    changed = src.clone()
+    changed[:, -2] = (changed[:, -2] + 1) % 16
+    with torch.no_grad():
+        before, after = model(src, tgt), model(changed, tgt)
+    assert ((before[:, 0] - after[:, 0]).abs().amax(dim=-1) > 0).all()
+
+
+def test_batched_greedy_decoding_equals_one_row_at_a_time():
+    torch.manual_seed(0)
+    model = AddSubTransformer(TINY).eval()
+    src, _ = random_batch(n=6)
+    batched = model.generate(src)
+    rows = torch.cat([model.generate(src[i : i + 1]) for i in range(6)])
+    assert batched.shape == (6, 5) and torch.equal(batched, rows)
+
+
+def test_greedy_decoding_writes_eos_after_a_row_has_finished():
+    torch.manual_seed(0)
+    model = AddSubTransformer(TINY).eval()
+    with torch.no_grad():  # force the output layer to always prefer EOS
+        model.head.bias.fill_(0.0)
+        model.head.bias[EOS] = 100.0
+    out = model.generate(random_batch()[0])
+    assert (out[:, 0] == BOS).all() and (out[:, 1:] == EOS).all()
+
+
+# ---------------------------------------------------------------------------
+# Parsing what a user asks
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["BOS POSITIVE 12 add NEGATIVE 30 EOS", "POSITIVE 12 add NEGATIVE 30", "12 + -30", "+12+-30", " 12 +  - 30 "],
+)
+def test_token_and_plain_forms_parse_to_the_same_expression(text):
+    assert parse_expression(text) == (12, "add", -30)
+
+
+def test_plain_minus_minus_is_subtracting_a_negative():
+    assert parse_expression("-30 - -34") == (-30, "subtract", -34)
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("BOS POSITIVE 12 times NEGATIVE 30 EOS", "unknown token"),
+        ("BOS 12 add NEGATIVE 30 EOS", "missing sign"),
+        ("BOS POSITIVE 123 add NEGATIVE 30 EOS", "3 digits"),
+        ("12 + 300", "3 digits"),
+        ("12 * 3", "unknown symbol"),
+        ("BOS POSITIVE 45 add POSITIVE 01 EOS", "outside"),
+    ],
+)
+def test_malformed_expression_is_rejected_with_its_reason(text, reason):
+    with pytest.raises(UserError, match=reason):
+        parse_expression(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["BOS POSITIVE 12 times NEGATIVE 30 EOS", "BOS 12 add NEGATIVE 30 EOS", "BOS POSITIVE 123 add NEGATIVE 30 EOS"],
+)
+def test_ask_with_a_malformed_expression_is_a_one_line_error_and_exit_code_2(text, capsys):
+    assert main(["ask", text, "--reading_params_path", "does-not-matter.params"]) == 2
+    assert one_line_error(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------------------
+# Params files and the command line
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny model trained for one epoch through the CLI: (params path, data dir)."""
+    root = tmp_path_factory.mktemp("addsub")
+    data = root / "data"
+    assert main(["data", "--data_dir", str(data)]) == 0
+    params = root / "tiny.params"
+    argv = ["train", "--outputs_path", str(params), "--data_dir", str(data), "--logdir", str(root / "logs")]
+    argv += TINY_FLAGS + ["--epochs", "1", "--batch_size", "256", "--no_progress"]
+    assert main(argv) == 0
+    return params, data
+
+
+def test_train_writes_a_params_file_with_config_that_loads_with_weights_only(trained):
+    params, _ = trained
+    blob = torch.load(params, map_location="cpu", weights_only=True)
+    assert blob["config"]["emb_dim"] == 8 and blob["config"]["num_encoder_layers"] == 1
+    assert isinstance(load_params(params), AddSubTransformer)
+    assert Path(f"{params}.json").is_file()
+    assert not list(params.parent.glob("*.tmp"))
+
+
+def test_train_writes_tensorboard_logs(trained):
+    params, _ = trained
+    assert list((params.parent / "logs").rglob("events.out.tfevents.*"))
+
+
+def test_evaluate_prints_exact_match_and_token_accuracy(trained, capsys):
+    params, data = trained
+    capsys.readouterr()
+    assert main(["evaluate", "--reading_params_path", str(params), "--split", "test", "--data_dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"test: exact-match (\d\.\d+) \(\d+/1249\), token accuracy (\d\.\d+)", out)
+    assert m, out
+    assert 0.0 <= float(m.group(1)) <= float(m.group(2)) <= 1.0
+
+
+def test_ask_prints_an_answer_in_the_output_language(trained, capsys):
+    params, _ = trained
+    capsys.readouterr()
+    assert main(["ask", "12 + -30", "--reading_params_path", str(params)]) == 0
+    assert capsys.readouterr().out.startswith("BOS ")
+
+
+def test_evaluate_with_a_bad_split_name_is_a_one_line_error(trained, capsys):
+    params, data = trained
+    capsys.readouterr()
+    assert main(["evaluate", "--reading_params_path", str(params), "--split", "dev", "--data_dir", str(data)]) == 2
+    assert one_line_error(capsys.readouterr().err)
+
+
+def test_missing_params_file_is_a_one_line_error(tmp_path, capsys):
+    assert main(["evaluate", "--reading_params_path", str(tmp_path / "none.params")]) == 2
+    assert one_line_error(capsys.readouterr().err)
+
+
+def test_a_file_that_is_not_a_params_file_is_a_one_line_error(tmp_path, capsys):
+    bogus = tmp_path / "bogus.params"
+    bogus.write_text("not a checkpoint")
+    assert main(["ask", "1 + 1", "--reading_params_path", str(bogus)]) == 2
+    assert one_line_error(capsys.readouterr().err)
+
+
+def test_unknown_flag_is_a_one_line_error_with_exit_code_2(capsys):
+    assert main(["train", "--no_such_flag", "1"]) == 2
+    assert one_line_error(capsys.readouterr().err)
+
+
+def test_script_rejects_a_three_digit_number_with_exit_code_2():
+    r = subprocess.run(
+        [sys.executable, str(REPO / "src" / "addsub.py"), "ask", "12 + 100"], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 2
+    assert one_line_error(r.stderr) and r.stdout == ""
