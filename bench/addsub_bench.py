@@ -20,7 +20,6 @@ before and after is recorded beside them. Nothing here is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -37,12 +36,12 @@ from addsub import (  # noqa: E402
     AddSubConfig,
     AddSubTransformer,
     TrainConfig,
-    atomic_write_bytes,
     evaluate,
     load_split,
     save_params,
     train,
 )
+from utils import write_json_atomic, write_text_atomic  # noqa: E402
 
 RECIPE_TRAIN = TrainConfig(
     epochs=60, batch_size=128, lr=2e-3, warmup_steps=200, lr_schedule="cosine", grad_clip=1.0, seed=0
@@ -138,14 +137,15 @@ def main() -> None:
     table = markdown(results)
     print("\n" + table)
     out = Path(args.out_dir)
-    atomic_write_bytes(out / "addsub.json", (json.dumps(report, indent=2) + "\n").encode())
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "addsub.json", report)
     header = (
         f"# AddSub benchmark\n\n{report['date']}, torch {torch.__version__}, CPU, {torch.get_num_threads()} threads. "
         "Test split: 1249 held-out expressions; greedy decoding; one seed (0). "
         "Wall seconds include the per-epoch validation decoding and grow when other jobs share the CPU "
         "(1-minute load average before → after each run); CPU seconds are this process's, over its threads.\n\n"
     )
-    atomic_write_bytes(out / "addsub.md", (header + table).encode())
+    write_text_atomic(out / "addsub.md", header + table)
     print(f"wrote {out / 'addsub.json'} and {out / 'addsub.md'}")
 
 

@@ -25,11 +25,9 @@ import argparse
 import copy
 import json
 import math
-import os
 import random
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -42,6 +40,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attention import IMPLS, MultiHeadAttention
+from utils import UserError, pick_device, torch_save_atomic, write_json_atomic, write_text_atomic
 
 # ---------------------------------------------------------------------------
 # The language
@@ -56,10 +55,6 @@ IN_LEN = 9  # BOS sign d d op sign d d EOS
 OUT_LEN = 5  # BOS sign d d EOS
 SPLITS = ("train", "val", "test")
 SPLIT_SEED = 0
-
-
-class UserError(Exception):
-    """A mistake in the user's input: printed as one line, exit code 2, no traceback."""
 
 
 def number_text(n: int) -> str:
@@ -93,26 +88,13 @@ def split_expressions(seed: int = SPLIT_SEED) -> dict[str, list[tuple[str, str]]
     }
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write via a temp file in the same folder and os.replace: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_splits(data_dir: str | Path, seed: int = SPLIT_SEED) -> dict[str, int]:
     """Write data_dir/{train,val,test}.txt, one 'input<TAB>output' line each; returns the counts."""
     counts = {}
     for name, pairs in split_expressions(seed).items():
         text = "".join(f"{x}\t{y}\n" for x, y in pairs)
-        atomic_write_bytes(Path(data_dir) / f"{name}.txt", text.encode("ascii"))
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(data_dir) / f"{name}.txt", text)
         counts[name] = len(pairs)
     return counts
 
@@ -423,15 +405,6 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout"})
 
 
-def pick_device(name: str = "auto") -> torch.device:
-    """'auto' -> cuda if available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but no CUDA GPU is available")
-    return torch.device(name)
-
-
 def sequence_loss(
     model: AddSubTransformer, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: float = 0.0
 ) -> torch.Tensor:
@@ -575,16 +548,8 @@ def train(
 def save_params(path: str | Path, model: AddSubTransformer, extra: dict | None = None) -> None:
     """Atomically write {'config', 'model'} to path (loadable with weights_only) and a JSON note beside it."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    tmp_fd, tmp = tempfile.mkstemp(dir=Path(path).resolve().parent, prefix=f".{Path(path).name}.", suffix=".tmp")
-    os.close(tmp_fd)
-    try:
-        torch.save({"config": asdict(model.cfg), "model": state}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    note = {"config": asdict(model.cfg), **(extra or {})}
-    atomic_write_bytes(f"{path}.json", (json.dumps(note, indent=2) + "\n").encode())
+    torch_save_atomic({"config": asdict(model.cfg), "model": state}, path)
+    write_json_atomic(f"{path}.json", {"config": asdict(model.cfg), **(extra or {})})
 
 
 def load_params(path: str | Path, device: torch.device | str = "cpu") -> AddSubTransformer:
