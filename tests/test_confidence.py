@@ -162,6 +162,7 @@ def tiny_model(variant: str, corpus: Path) -> tuple[run.GPT, CharCorruptionDatas
     """An untrained tiny model whose head is scaled up, so its greedy choices are far from ties."""
     dataset = CharCorruptionDataset(read_text(corpus), run.BLOCK_SIZE)
     args = run.make_parser().parse_args(["evaluate", variant, str(corpus), *TINY_MODEL, "--bottleneck_dim", "16"])
+    run.apply_preset(args)
     torch.manual_seed(0)
     model = run.build_model(args, dataset.vocab_size)
     with torch.no_grad():
