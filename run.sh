@@ -33,9 +33,10 @@ from run import PRESETS
 preset, device, *epochs = sys.argv[1:]
 pre = int(epochs[0] or PRESETS[preset]["pretrain"]["max_epochs"])
 ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
-# Seconds per epoch measured on the 2-core reference CPU (bench/results/speed.json, README).
-per_epoch = {"handout": (16, 12), "cpu": (16, 12)}[preset]
-s = pre * sum(per_epoch) + (2 * ft + nopre) * 4 + 5 * 3
+# Seconds per pretraining epoch (vanilla, perceiver), per finetuning epoch and per evaluation,
+# measured on the 2-core reference CPU (bench/results/speed.json and time_to_accuracy.jsonl).
+per_epoch = {"handout": (13, 13), "cpu": (16, 16)}[preset]
+s = pre * sum(per_epoch) + (2 * ft + nopre) * 5.2 + 5 * 30
 print(f"about {s / 60:.0f} minutes on a 2-core CPU" if device == "cpu" else "well under the CPU time on a GPU")
 PY
 )

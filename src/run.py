@@ -170,7 +170,7 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
 
 # Each preset fills the flags the user left unset. "handout" is the course's
 # recipe (the default: comparable with published numbers); "cpu" is this
-# repository's recipe for reaching the same accuracy on a 2-core CPU in about
+# repository's recipe (experimental: see README) for a 2-core CPU, about
 # half an hour (see README, "A CPU recipe"): smaller batches, no dropout while
 # memorising the corpus, and a cosine that ends exactly when training does.
 PRESETS = {
@@ -329,13 +329,20 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, devi
 
 
 def next_logits_fn(model: GPT):
-    """next_logits(tokens (B, t), t) for greedy_decode_batch: a KV cache for vanilla, a full recompute for the perceiver."""
+    """next_logits for greedy_decode_batch: a KV cache for vanilla, a recompute of the needed rows for the perceiver."""
     if model.config.perceiver:
-        return lambda tokens, t: model(tokens)[0][:, -1, :]
+
+        def recompute(tokens: torch.Tensor, needed: torch.Tensor) -> torch.Tensor:
+            logits = torch.zeros(tokens.size(0), model.config.vocab_size, device=tokens.device)
+            if needed.any():
+                logits[needed] = model(tokens[needed])[0][:, -1, :].float()
+            return logits
+
+        return recompute
     caches = model.new_caches()
 
-    def next_logits(tokens: torch.Tensor, t: int) -> torch.Tensor:
-        new = tokens[:, caches[0].length : t]  # only the positions the cache has not seen
+    def next_logits(tokens: torch.Tensor, needed: torch.Tensor) -> torch.Tensor:
+        new = tokens[:, caches[0].length :]  # every row, so the caches stay aligned; only new positions
         return model(new, caches=caches)[0][:, -1, :]
 
     return next_logits

@@ -168,7 +168,7 @@ def sample(
 
 @torch.no_grad()
 def greedy_decode_batch(
-    next_logits: Callable[[torch.Tensor, int], torch.Tensor],
+    next_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     prompts: list[list[int]],
     max_new: int,
     stop_id: int,
@@ -177,8 +177,9 @@ def greedy_decode_batch(
 ) -> list[list[int]]:
     """Greedy continuation of many prompts of different lengths at once.
 
-    next_logits(tokens (B, t), t) -> logits (B, V) for position t-1, given the
-    first t tokens of every row. Rows start together at the shortest prompt
+    next_logits(tokens (B, t), needed (B,) bool) -> logits (B, V) for position
+    t-1, given the first t tokens of every row; only the rows marked `needed`
+    are used, so an implementation may skip the others. Rows start together at the shortest prompt
     and are fed their own prompt characters until it is used up ("prompt
     forcing"), so each row sees exactly what it would see alone; with causal
     models this is exact. Each row stops after `stop_id` is produced, after
@@ -194,9 +195,9 @@ def greedy_decode_batch(
     done = lengths >= limit
     t = int(lengths.min())
     while t < width and not bool(done.all()):
-        logits = next_logits(tokens[:, :t], t)  # (B, V): prediction for position t
+        generating = (t >= lengths) & ~done  # rows still in their prompt or finished need no prediction
+        logits = next_logits(tokens[:, :t], generating)  # (B, V): prediction for position t
         pred = logits.argmax(dim=-1)
-        generating = (t >= lengths) & ~done
         tokens[:, t] = torch.where(generating, pred, tokens[:, t])
         done |= generating & (pred == stop_id)
         t += 1
