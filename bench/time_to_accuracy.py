@@ -1,7 +1,7 @@
 """Time to accuracy: wall-clock of pretrain -> finetune -> evaluate, and the dev accuracy reached.
 
     python bench/time_to_accuracy.py vanilla                 # the CPU recipe (--preset cpu)
-    python bench/time_to_accuracy.py perceiver --seed 1 -- --max_epochs 100   # extra run.py flags after --
+    python bench/time_to_accuracy.py perceiver --seed 1 --max_epochs 100   # other flags go to run.py pretrain
 
 Runs the three run.py commands as a user would, in a scratch folder
 (bench/runs/<name>/), times each one, and appends one JSON line per run to
@@ -41,8 +41,7 @@ def main() -> None:
     p.add_argument("--preset", default="cpu", help="run.py --preset for pretraining and finetuning")
     p.add_argument("--seed", type=int, default=0, help="run.py --seed")
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
-    p.add_argument("pretrain_flags", nargs="*", help="extra run.py flags for pretraining (after --)")
-    args = p.parse_args()
+    args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
     name = args.name or f"{args.variant}_{args.preset}_seed{args.seed}"
     out = ROOT / "bench" / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
