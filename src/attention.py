@@ -105,8 +105,9 @@ class CausalSelfAttention(MultiHeadAttention):
     """Masked self-attention: position i sees positions <= i.
 
     forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds
-    only the new positions; their keys and values are appended to the cache and
-    the queries see everything cached so far (greedy decoding, one step each).
+    only the new positions of each row; their keys and values are written to
+    the cache and each query sees its row's cached positions up to its own
+    (batched greedy decoding, rows of different lengths).
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
@@ -120,11 +121,10 @@ class CausalSelfAttention(MultiHeadAttention):
         q = self.split_heads(self.query(x))
         k = self.split_heads(self.key(x))
         v = self.split_heads(self.value(x))
-        start = 0
-        if cache is not None:
-            start = cache.length
-            k, v = cache.append(k, v)
-        mask = self.mask[:, :, start : start + T, : start + T].bool()
+        if cache is None:
+            mask = self.mask[:, :, :T, :T].bool()
+        else:
+            k, v, mask = cache.write(k, v)
         return self.attend_projected(q, k, v, mask)
 
 
@@ -149,21 +149,46 @@ class CausalCrossAttention(MultiHeadAttention):
 class KVCache:
     """Keys and values of the positions decoded so far, for one attention layer.
 
-    append(k, v) takes (B, nh, T_new, hs) and returns the full (B, nh, T, hs).
+    Rows may hold different numbers of positions (prompts of different
+    lengths): `lengths` (B,) counts each row's. Storage is allocated once, for
+    `capacity` positions, on the first write.
     """
 
-    def __init__(self) -> None:
-        self.k: torch.Tensor | None = None
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.k: torch.Tensor | None = None  # (B, nh, capacity, hs)
         self.v: torch.Tensor | None = None
+        self.lengths: torch.Tensor | None = None  # (B,) long
 
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.size(2)
+    def positions(self, batch: int, new: int, device: torch.device) -> torch.Tensor:
+        """(B, new) positions that the next `new` tokens of each row will take."""
+        start = torch.zeros(batch, dtype=torch.long, device=device) if self.lengths is None else self.lengths
+        return start[:, None] + torch.arange(new, device=device)
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Store new keys/values k, v (B, nh, T, hs) at each row's next T positions.
+
+        Returns the cached keys and values (B, nh, Tk, hs), Tk = the longest row
+        so far, and the bool mask (B, 1, T, Tk) of the keys each new query may
+        see (its own row's positions up to its own).
+        """
+        B, nh, T, hs = k.shape
         if self.k is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat([self.k, k], dim=2)
-            self.v = torch.cat([self.v, v], dim=2)
-        return self.k, self.v
+            self.k = k.new_zeros(B, nh, self.capacity, hs)
+            self.v = v.new_zeros(B, nh, self.capacity, hs)
+        pos = self.positions(B, T, k.device)  # (B, T)
+        index = pos[:, None, :, None].expand(B, nh, T, hs)
+        self.k.scatter_(2, index, k)
+        self.v.scatter_(2, index, v)
+        self.lengths = pos[:, -1] + 1
+        width = int(self.lengths.max())
+        mask = torch.arange(width, device=k.device)[None, None, None, :] <= pos[:, None, :, None]
+        return self.k[:, :, :width], self.v[:, :, :width], mask
+
+    def truncate(self, lengths: torch.Tensor) -> None:
+        """Keep only the first lengths[b] positions of row b (the rest are overwritten later)."""
+        self.lengths = lengths.to(self.lengths.device).clone()
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Drop every row not listed in `rows` (B',): finished rows cost nothing afterwards."""
+        self.k, self.v, self.lengths = self.k[rows], self.v[rows], self.lengths[rows]

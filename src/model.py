@@ -62,6 +62,10 @@ class DownProjectBlock(nn.Module):
 
     Bottleneck position i attends to input positions <= i (the causal rule kept
     across lengths), so no output ever depends on a later input token.
+
+    On the fast path an input shorter than m (T < m) gets only the first T
+    bottleneck positions: the up-projection lets output t read bottleneck
+    positions <= t < T only, so the others cannot change any output (tested).
     """
 
     def __init__(self, config: GPTConfig):
@@ -74,9 +78,11 @@ class DownProjectBlock(nn.Module):
             config.n_embd, config.n_head, config.block_size, config.attn_pdrop, config.resid_pdrop
         )
         self.mlp = mlp(config)
+        self.impl = "reference"  # set by GPT.set_impl
 
     def forward(self, x_input: torch.Tensor) -> torch.Tensor:
-        C = self.C.expand(x_input.size(0), -1, -1)
+        m = self.C.size(1) if self.impl == "reference" else min(self.C.size(1), x_input.size(1))
+        C = self.C[:, :m].expand(x_input.size(0), -1, -1)
         x = C + self.attn(self.ln1(x_input), self.ln1(C))
         return x + self.mlp(self.ln2(x))
 
@@ -105,7 +111,9 @@ class GPT(nn.Module):
     """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
 
     The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to
-    block_size; a shorter T computes the same logits for its positions.
+    block_size; a shorter T computes the same logits for its positions. With
+    `caches` (vanilla only, from new_caches) idx holds the next T tokens of
+    each row, placed after that row's cached positions (fast greedy decoding).
     """
 
     def __init__(self, config: GPTConfig):
@@ -151,9 +159,14 @@ class GPT(nn.Module):
         caches: list[KVCache] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t = idx.size()
-        start = caches[0].length if caches else 0
-        assert start + t <= self.config.block_size, "sequence longer than block_size"
-        x = self.drop(self.tok_emb(idx) + self.pos_emb[:, start : start + t, :])  # (B, T, C)
+        if caches is None:
+            assert t <= self.config.block_size, "sequence longer than block_size"
+            pos_emb = self.pos_emb[:, :t, :]  # (1, T, C)
+        else:  # each row continues from its own cached length
+            positions = caches[0].positions(b, t, idx.device)  # (B, T)
+            assert int(positions.max()) < self.config.block_size, "sequence longer than block_size"
+            pos_emb = self.pos_emb[0][positions]  # (B, T, C)
+        x = self.drop(self.tok_emb(idx) + pos_emb)  # (B, T, C)
         if self.config.perceiver:
             assert caches is None, "the perceiver has no KV cache: its bottleneck mixes every position"
             y = self.down_block(x)  # (B, m, C)
@@ -170,6 +183,6 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=0)
         return logits, loss
 
-    def new_caches(self) -> list[KVCache]:
-        """One empty KV cache per block (vanilla only)."""
-        return [KVCache() for _ in self.blocks]
+    def new_caches(self, capacity: int | None = None) -> list[KVCache]:
+        """One empty KV cache per block (vanilla only), for up to `capacity` (default block_size) positions."""
+        return [KVCache(capacity or self.config.block_size) for _ in self.blocks]

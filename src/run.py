@@ -329,23 +329,29 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, devi
 
 
 def next_logits_fn(model: GPT):
-    """next_logits for greedy_decode_batch: a KV cache for vanilla, a recompute of the needed rows for the perceiver."""
+    """next_logits for greedy_decode_batch: a KV cache for vanilla, a recompute of the live rows for the perceiver."""
     if model.config.perceiver:
 
-        def recompute(tokens: torch.Tensor, needed: torch.Tensor) -> torch.Tensor:
-            logits = torch.zeros(tokens.size(0), model.config.vocab_size, device=tokens.device)
-            if needed.any():
-                logits[needed] = model(tokens[needed])[0][:, -1, :].float()
-            return logits
+        def recompute(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+            logits = model(tokens)[0]  # causal: right padding does not change the rows' real positions
+            return logits[torch.arange(tokens.size(0)), lengths - 1]
 
         return recompute
     caches = model.new_caches()
 
-    def next_logits(tokens: torch.Tensor, needed: torch.Tensor) -> torch.Tensor:
-        new = tokens[:, caches[0].length :]  # every row, so the caches stay aligned; only new positions
-        return model(new, caches=caches)[0][:, -1, :]
+    def cached(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+        if kept is None:  # first call: one pass over every prompt, then forget the padding
+            logits = model(tokens, caches=caches)[0]
+            for cache in caches:
+                cache.truncate(lengths)
+            return logits[torch.arange(tokens.size(0)), lengths - 1]
+        if kept.numel() < caches[0].lengths.numel():
+            for cache in caches:
+                cache.keep_rows(kept)
+        last = tokens[torch.arange(tokens.size(0)), lengths - 1]  # the token produced by the previous call
+        return model(last[:, None], caches=caches)[0][:, -1]
 
-    return next_logits
+    return cached
 
 
 def evaluate(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, model: GPT, device, writer) -> None:

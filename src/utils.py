@@ -8,6 +8,7 @@ import json
 import os
 import random
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -118,7 +119,9 @@ def torch_load_safe(path: str | Path) -> object:
     if not path.is_file():
         raise UserError(f"{path}: file not found")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickles; the error below says it once
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure here is a bad file, not a bug
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"{path}: not a loadable params file ({first[:200]})") from None
@@ -148,7 +151,7 @@ def sample(
     sample=False is greedy (argmax); otherwise draw from softmax(logits / temperature),
     optionally restricted to the top_k tokens. The context is cropped to the
     model's block_size, as in the handout. Full recompute each step: the plain
-    reference decoder; `greedy_decode_cached` is the fast one.
+    reference decoder; `greedy_decode_batch` is the fast one.
     """
     block_size = model.get_block_size()
     model.eval()
@@ -168,7 +171,7 @@ def sample(
 
 @torch.no_grad()
 def greedy_decode_batch(
-    next_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    next_logits: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor],
     prompts: list[list[int]],
     max_new: int,
     stop_id: int,
@@ -177,32 +180,31 @@ def greedy_decode_batch(
 ) -> list[list[int]]:
     """Greedy continuation of many prompts of different lengths at once.
 
-    next_logits(tokens (B, t), needed (B,) bool) -> logits (B, V) for position
-    t-1, given the first t tokens of every row; only the rows marked `needed`
-    are used, so an implementation may skip the others. Rows start together at the shortest prompt
-    and are fed their own prompt characters until it is used up ("prompt
-    forcing"), so each row sees exactly what it would see alone; with causal
-    models this is exact. Each row stops after `stop_id` is produced, after
-    max_new tokens, or at block_size. Returns the generated ids of each row.
+    next_logits(tokens (b, W), lengths (b,), kept) -> logits (b, V): the
+    prediction for position lengths[i] of each row, whose first lengths[i]
+    tokens are tokens[i, :lengths[i]] (right-padded); `kept` is None on the
+    first call, afterwards the indices of the previous call's rows that are
+    still decoding (so a cache can drop the finished ones). Each row stops
+    after `stop_id` is produced, after max_new tokens, or at block_size.
+    Returns the generated ids of each row.
     """
-    B = len(prompts)
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
     limit = torch.clamp(lengths + max_new, max=block_size)
-    width = int(limit.max())
-    tokens = torch.zeros(B, width, dtype=torch.long, device=device)
+    tokens = torch.zeros(len(prompts), max(int(limit.max()), 1), dtype=torch.long, device=device)
     for i, p in enumerate(prompts):
         tokens[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-    done = lengths >= limit
-    t = int(lengths.min())
-    while t < width and not bool(done.all()):
-        generating = (t >= lengths) & ~done  # rows still in their prompt or finished need no prediction
-        logits = next_logits(tokens[:, :t], generating)  # (B, V): prediction for position t
-        pred = logits.argmax(dim=-1)
-        tokens[:, t] = torch.where(generating, pred, tokens[:, t])
-        done |= generating & (pred == stop_id)
-        t += 1
-        done |= t >= limit
-    return [tokens[i, len(p) : int(limit[i])].tolist() for i, p in enumerate(prompts)]
+    rows = torch.nonzero(lengths < limit).squeeze(1)  # the rows still decoding
+    kept = None
+    while rows.numel() > 0:
+        row_lengths = lengths[rows]
+        width = int(row_lengths.max())
+        pred = next_logits(tokens[rows, :width], row_lengths, kept).argmax(dim=-1)  # (b,)
+        tokens[rows, row_lengths] = pred
+        lengths[rows] += 1
+        going = (pred != stop_id) & (lengths[rows] < limit[rows])
+        kept = torch.nonzero(going).squeeze(1)
+        rows = rows[kept]
+    return [tokens[i, len(p) : int(lengths[i])].tolist() for i, p in enumerate(prompts)]
 
 
 # ---------------------------------------------------------------------------

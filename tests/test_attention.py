@@ -44,7 +44,7 @@ def test_kv_cache_steps_equal_one_full_pass():
     attn = CausalSelfAttention(16, 4, block_size=8).eval()
     x = torch.randn(2, 6, 16)
     full = attn(x)
-    cache = KVCache()
+    cache = KVCache(capacity=8)
     steps = [attn(x[:, :3], cache)] + [attn(x[:, t : t + 1], cache) for t in range(3, 6)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-6, rtol=1e-5)
 

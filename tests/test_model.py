@@ -73,6 +73,17 @@ def test_loss_of_a_cropped_batch_equals_the_full_length_loss(perceiver):
     torch.testing.assert_close(full, cropped)
 
 
+def test_perceiver_fast_path_crops_the_bottleneck_without_changing_logits():
+    torch.manual_seed(0)
+    model = tiny(True, bottleneck_dim=12)
+    x = torch.randint(0, 20, (2, 7))  # shorter than the bottleneck
+    reference, _ = model(x)
+    model.set_impl("fast")
+    assert model.down_block(model.tok_emb(x)).shape == (2, 7, 16)
+    fast, _ = model(x)
+    torch.testing.assert_close(fast, reference)
+
+
 def test_loss_ignores_pad_targets():
     model = tiny()
     x = torch.randint(0, 20, (2, 8))
@@ -95,6 +106,52 @@ def test_cached_decoding_logits_equal_full_recompute():
     first, _ = model(x[:, :4], caches=caches)
     rest = [model(x[:, t : t + 1], caches=caches)[0] for t in range(4, 10)]
     torch.testing.assert_close(torch.cat([first, *rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_rows_of_different_lengths_see_only_their_own_positions():
+    torch.manual_seed(0)
+    model = tiny()
+    x = torch.randint(1, 20, (3, 9))
+    lengths = torch.tensor([3, 6, 4])
+    caches = model.new_caches()
+    model(x[:, :6], caches=caches)  # right-padded prompts; positions past each length are forgotten
+    for cache in caches:
+        cache.truncate(lengths)
+    step, _ = model(x[torch.arange(3), lengths][:, None], caches=caches)  # each row's next token
+    for row in range(3):
+        alone, _ = model(x[row : row + 1, : lengths[row] + 1])
+        torch.testing.assert_close(step[row, -1], alone[0, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_dropping_cache_rows_keeps_the_others_unchanged():
+    torch.manual_seed(0)
+    model = tiny()
+    x = torch.randint(1, 20, (3, 6))
+    caches = model.new_caches()
+    model(x[:, :5], caches=caches)
+    for cache in caches:
+        cache.keep_rows(torch.tensor([0, 2]))
+    step, _ = model(x[[0, 2], 5:], caches=caches)
+    full, _ = model(x[[0, 2]])
+    torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_batched_greedy_decoding_equals_one_prompt_at_a_time(perceiver):
+    from run import next_logits_fn
+    from utils import greedy_decode_batch, sample
+
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=8)
+    model.head.weight.data *= 20  # sharp logits: no near-ties for the two paths to break differently
+    prompts = [torch.randint(1, 20, (n,)).tolist() for n in (2, 7, 4, 5, 11)]
+    batched = greedy_decode_batch(next_logits_fn(model), prompts, 6, stop_id=3, block_size=16, device="cpu")
+    for prompt, got in zip(prompts, batched, strict=True):
+        steps = min(6, 16 - len(prompt))
+        alone = sample(model, torch.tensor([prompt]), steps)[0, len(prompt) :].tolist()
+        if 3 in alone:
+            alone = alone[: alone.index(3) + 1]
+        assert got == alone
 
 
 def test_bf16_autocast_stays_close_to_fp32():
