@@ -179,7 +179,7 @@ PRESETS = {
         "finetune": {"batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
     },
     "cpu": {
-        "pretrain": {"max_epochs": 100, "batch_size": 32, "pretrain_lr": 2e-3, "dropout": 0.0, "schedule": "run"},
+        "pretrain": {"max_epochs": 480, "batch_size": 128, "pretrain_lr": 2e-3, "dropout": 0.0, "schedule": "run"},
         "finetune": {"batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
     },
 }
@@ -220,6 +220,7 @@ def trainer_config(args: argparse.Namespace, pretrain_len: int) -> TrainerConfig
         max_steps=args.max_steps,
         impl=args.impl,
         bf16=not args.fp32,
+        compile=args.compile,
         seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
         ckpt_every=args.ckpt_every,
@@ -473,6 +474,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt")
     p.add_argument("--ckpt_every", type=int, default=100, help="optimizer steps between checkpoints (0: at the end)")
     p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
+    p.add_argument(
+        "--compile", action="store_true", help="torch.compile the training forward pass (fast path; off by default)"
+    )
     p.add_argument(
         "--cosine_cap", action="store_true", help="hold the LR floor after final_tokens (handout: cosine rises again)"
     )

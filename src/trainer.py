@@ -37,6 +37,7 @@ class TrainerConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
+    compile: bool = False  # torch.compile the forward pass (fast path; see README for when it pays)
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
@@ -122,6 +123,9 @@ class Trainer:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             ids = [device.index] if device.type == "cuda" else None
             self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if config.compile and config.impl == "fast":
+            # dynamic=True: the cropped batches have many lengths; one graph serves them all.
+            self.forward_model = torch.compile(self.forward_model, dynamic=True)
 
     # -- data ---------------------------------------------------------------
 

@@ -258,6 +258,6 @@ def test_cpu_preset_ends_its_cosine_with_the_run():
 
 def test_explicit_flags_win_over_the_preset():
     args = resolved(
-        "pretrain", "perceiver", "wiki.txt", "--preset", "cpu", "--pretrain_lr", "6e-3", "--max_epochs", "3"
+        "pretrain", "perceiver", "wiki.txt", "--preset", "cpu", "--pretrain_lr", "1e-3", "--max_epochs", "3"
     )
-    assert (args.pretrain_lr, args.max_epochs) == (6e-3, 3)
+    assert (args.pretrain_lr, args.max_epochs) == (1e-3, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -59,12 +60,13 @@ def test_weight_decay_applies_to_linear_weights_only():
     assert len(decayed) + len(opt.param_groups[1]["params"]) == len(names)
 
 
-def tiny_run(impl: str, seed: int = 0, steps: int = 6) -> list[float]:
+def tiny_run(impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, **config) -> list[float]:
     torch.manual_seed(seed)
     text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
     ds = CharCorruptionDataset(text, 32)
-    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
-    cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, impl=impl, seed=seed, max_steps=steps)
+    drops = {"embd_pdrop": dropout, "resid_pdrop": dropout, "attn_pdrop": dropout}
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, **drops))
+    cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, impl=impl, seed=seed, max_steps=steps, **config)
     random.seed(seed)
     return Trainer(model, ds, cfg, torch.device("cpu")).train()
 
@@ -77,6 +79,13 @@ def test_training_reduces_the_loss(impl):
 
 def test_same_seed_gives_identical_loss_curves():
     assert tiny_run("fast", seed=3) == tiny_run("fast", seed=3)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
+def test_compiled_training_follows_the_eager_loss_curve():
+    eager = tiny_run("fast", steps=4, dropout=0.0, bf16=False)  # compiled dropout draws other random masks
+    compiled = tiny_run("fast", steps=4, dropout=0.0, bf16=False, compile=True)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-3)
 
 
 def test_max_steps_stops_training():
