@@ -2,37 +2,94 @@
 
     python bench/time_to_accuracy.py vanilla                 # the CPU recipe (--preset cpu)
     python bench/time_to_accuracy.py perceiver --seed 1 --max_epochs 100   # other flags go to run.py pretrain
+    python bench/time_to_accuracy.py vanilla --snapshots 28,43,58   # also stop-early points
 
 Runs the three run.py commands as a user would, in a scratch folder
 (bench/runs/<name>/), times each one, and appends one JSON line per run to
 bench/results/time_to_accuracy.jsonl (config, seconds per step, final pretraining
 loss, dev accuracy), the log of the research behind the CPU recipe.
+
+--snapshots copies the pretraining checkpoint as it stood after each listed
+number of minutes; once the full run is done, each copy is finetuned and
+evaluated like the final model, and logged as its own line: what a user who
+had stopped pretraining at that point would have got (with the learning rate
+not yet decayed, since the schedule was planned for the whole run). Its
+pretraining time is the checkpoint's write time, measured from the start.
+
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "time_to_accuracy.jsonl"
 
 
-def timed(cmd: list[str], log: Path) -> tuple[float, str]:
-    """Run cmd (output to log); returns (seconds, output). Stops the benchmark if the command fails."""
+def timed(cmd: list[str], log: Path, snapshots: dict[float, Path] | None = None) -> tuple[float, str]:
+    """Run cmd (output to log); returns (seconds, output). Stops the benchmark if the command fails.
+
+    snapshots: {minutes: destination}; the checkpoint next to the params being
+    written is copied to each destination once that many minutes have passed.
+    """
     t0 = time.time()
+    pending = sorted((snapshots or {}).items())
+    ckpt = Path(cmd[cmd.index("--writing_params_path") + 1] + ".ckpt") if pending else None
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        while proc.poll() is None:
+            if pending and time.time() - t0 >= pending[0][0] * 60 and ckpt.is_file():
+                minutes, dest = pending.pop(0)
+                shutil.copy2(ckpt, dest)  # the checkpoint is replaced atomically, so the copy is whole
+                dest.with_suffix(".json").write_text(
+                    json.dumps({"minutes": minutes, "pretrain_seconds": round(os.path.getmtime(dest) - t0, 1)})
+                )
+            time.sleep(1)
     text = log.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0:
         sys.exit(f"error: {' '.join(cmd[1:4])} failed with code {proc.returncode}; see {log}")
     return time.time() - t0, text
+
+
+def finetune_and_evaluate(run: list[str], common: list[str], pre_params: Path, out: Path, tag: str) -> dict:
+    """Finetune `pre_params` and evaluate on dev; returns the seconds of each and the dev accuracy."""
+    ft_params = out / f"{tag}finetune.params"
+    steps = [
+        ("finetune", ["finetune", *common, "--reading_params_path", str(pre_params),
+                      "--writing_params_path", str(ft_params), "--finetune_corpus_path", "birth_places_train.tsv"]),
+        ("evaluate", ["evaluate", *common, "--reading_params_path", str(ft_params), "--eval_corpus_path",
+                      "birth_dev.tsv", "--outputs_path", str(out / f"{tag}dev.predictions")]),
+    ]  # fmt: skip
+    record = {}
+    for step, cmd in steps:
+        seconds, text = timed(run + cmd, out / f"{tag}{step}.log")
+        record[f"{step}_seconds"] = round(seconds, 1)
+        if step == "evaluate":
+            m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text)
+            record["dev_accuracy"] = float(m.group(1)) / float(m.group(2))
+    return record
+
+
+def append(record: dict) -> None:
+    record["total_seconds"] = round(sum(record[f"{s}_seconds"] for s in ("pretrain", "finetune", "evaluate")), 1)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(
+        f"{record['name']}: dev accuracy {record['dev_accuracy']:.1%} after {record['total_seconds'] / 60:.1f} min "
+        f"(pretrain {record['pretrain_seconds'] / 60:.1f} min); appended to {RESULTS}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -41,6 +98,7 @@ def main() -> None:
     p.add_argument("--preset", default="cpu", help="run.py --preset for pretraining and finetuning")
     p.add_argument("--seed", type=int, default=0, help="run.py --seed")
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
+    p.add_argument("--snapshots", default="", help="comma-separated minutes of pretraining to also evaluate at")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
     name = args.name or f"{args.variant}_{args.preset}_seed{args.seed}"
     out = ROOT / "bench" / "runs" / name
@@ -49,14 +107,8 @@ def main() -> None:
     common = [args.variant, "wiki.txt", "--preset", args.preset, "--seed", str(args.seed), "--tb_expt_name", name]
     if args.variant == "perceiver":
         common += ["--bottleneck_dim", "64"]
-    pre_params, ft_params = out / "pretrain.params", out / "finetune.params"
-    steps = [
-        ("pretrain", ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]),
-        ("finetune", ["finetune", *common, "--reading_params_path", str(pre_params),
-                      "--writing_params_path", str(ft_params), "--finetune_corpus_path", "birth_places_train.tsv"]),
-        ("evaluate", ["evaluate", *common, "--reading_params_path", str(ft_params), "--eval_corpus_path",
-                      "birth_dev.tsv", "--outputs_path", str(out / "dev.predictions")]),
-    ]  # fmt: skip
+    pre_params = out / "pretrain.params"
+    snapshots = {float(m): out / f"snap{m}min.ckpt" for m in args.snapshots.split(",") if m}
     record: dict = {
         "name": name,
         "variant": args.variant,
@@ -66,25 +118,33 @@ def main() -> None:
         "machine": f"{platform.machine()}, {platform.node()}",
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }
-    for step, cmd in steps:
-        seconds, text = timed(run + cmd, out / f"{step}.log")
-        record[f"{step}_seconds"] = round(seconds, 1)
-        print(f"{name}: {step} took {seconds:.0f} s", flush=True)
-        if step == "pretrain":
-            sidecar = json.loads((out / "pretrain.params.json").read_text())
-            record["pretrain_steps"] = sidecar["steps"]
-            record["pretrain_final_loss"] = sidecar["final_loss"]
-            record["pretrain_config"] = sidecar["trainer"]
-        if step == "evaluate":
-            m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text)
-            record["dev_accuracy"] = float(m.group(1)) / float(m.group(2))
-    record["total_seconds"] = round(sum(record[f"{s}_seconds"] for s, _ in steps), 1)
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(record) + "\n")
-    print(
-        f"{name}: dev accuracy {record['dev_accuracy']:.1%} after {record['total_seconds'] / 60:.1f} min "
-        f"(pretrain {record['pretrain_seconds'] / 60:.1f} min); appended to {RESULTS}"
-    )
+    cmd = ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]
+    seconds, _ = timed(run + cmd, out / "pretrain.log", snapshots)
+    record["pretrain_seconds"] = round(seconds, 1)
+    print(f"{name}: pretrain took {seconds:.0f} s", flush=True)
+    sidecar = json.loads((out / "pretrain.params.json").read_text())
+    record["pretrain_steps"] = sidecar["steps"]
+    record["pretrain_final_loss"] = sidecar["final_loss"]
+    record["pretrain_config"] = sidecar["trainer"]
+    append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
+
+    for minutes, ckpt_copy in sorted(snapshots.items()):
+        if not ckpt_copy.is_file():
+            print(f"{name}: no snapshot at {minutes:g} min (pretraining ended first)")
+            continue
+        ckpt = torch.load(ckpt_copy, weights_only=True)
+        snap_params = out / f"snap{minutes:g}min.pretrain.params"
+        torch.save(ckpt["model"], snap_params)
+        timing = json.loads(ckpt_copy.with_suffix(".json").read_text())
+        snap = {
+            **record,
+            "name": f"{name}@{minutes:g}min",
+            "snapshot_of": name,
+            "pretrain_seconds": timing["pretrain_seconds"],
+            "pretrain_steps": ckpt["step"],
+            "pretrain_final_loss": ckpt["losses"][-1],
+        }
+        append({**snap, **finetune_and_evaluate(run, common, snap_params, out, f"snap{minutes:g}min.")})
 
 
 if __name__ == "__main__":
