@@ -100,6 +100,17 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.value(x_kv))
         return self.attend_projected(q, k, v, mask)
 
+    def forward_cached(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache, q_positions: torch.Tensor):
+        """Decoding: append x_kv's keys/values to `cache`, then attend from x_q.
+
+        x_kv (B, Tk, C) holds each row's next entries; x_q (B, Tq, C) sits at
+        q_positions (B, Tq) and sees its row's cached positions <= its own.
+        Returns (B, Tq, C).
+        """
+        q = self.split_heads(self.query(x_q))
+        k, v = cache.write(self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv)))
+        return self.attend_projected(q, k, v, cache.visible(q_positions))
+
 
 class CausalSelfAttention(MultiHeadAttention):
     """Masked self-attention: position i sees positions <= i.
@@ -117,15 +128,11 @@ class CausalSelfAttention(MultiHeadAttention):
         self.register_buffer("mask", causal_mask(block_size))
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        if cache is not None:  # (positions past the capacity only happen in the perceiver; see KVCache)
+            positions = cache.positions(x.size(0), x.size(1), x.device).clamp(max=cache.capacity - 1)
+            return self.forward_cached(x, x, cache, positions)
         T = x.size(1)
-        q = self.split_heads(self.query(x))
-        k = self.split_heads(self.key(x))
-        v = self.split_heads(self.value(x))
-        if cache is None:
-            mask = self.mask[:, :, :T, :T].bool()
-        else:
-            k, v, mask = cache.write(k, v)
-        return self.attend_projected(q, k, v, mask)
+        return super().forward(x, x, self.mask[:, :, :T, :T].bool())
 
 
 class CausalCrossAttention(MultiHeadAttention):
@@ -150,44 +157,46 @@ class KVCache:
     """Keys and values of the positions decoded so far, for one attention layer.
 
     Rows may hold different numbers of positions (prompts of different
-    lengths): `lengths` (B,) counts each row's. Storage is allocated once, for
-    `capacity` positions, on the first write.
+    lengths): `lengths` (B,) counts each row's. Storage for `capacity`
+    positions is allocated on the first write, plus one scratch slot: entries
+    that would land at or past the capacity go there, and no query sees it.
+    (Only the perceiver's bottleneck caches, capacity m, ever fill up: input
+    positions past m add no bottleneck position.)
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.k: torch.Tensor | None = None  # (B, nh, capacity, hs)
+        self.k: torch.Tensor | None = None  # (B, nh, capacity + 1, hs)
         self.v: torch.Tensor | None = None
         self.lengths: torch.Tensor | None = None  # (B,) long
 
     def positions(self, batch: int, new: int, device: torch.device) -> torch.Tensor:
-        """(B, new) positions that the next `new` tokens of each row will take."""
+        """(B, new) positions that the next `new` entries of each row will take."""
         start = torch.zeros(batch, dtype=torch.long, device=device) if self.lengths is None else self.lengths
         return start[:, None] + torch.arange(new, device=device)
 
-    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Store new keys/values k, v (B, nh, T, hs) at each row's next T positions.
-
-        Returns the cached keys and values (B, nh, Tk, hs), Tk = the longest row
-        so far, and the bool mask (B, 1, T, Tk) of the keys each new query may
-        see (its own row's positions up to its own).
-        """
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, nh, T, hs) at each row's next T positions; return all cached (B, nh, Tk, hs), Tk = longest row."""
         B, nh, T, hs = k.shape
         if self.k is None:
-            self.k = k.new_zeros(B, nh, self.capacity, hs)
-            self.v = v.new_zeros(B, nh, self.capacity, hs)
-        pos = self.positions(B, T, k.device)  # (B, T)
+            self.k = k.new_zeros(B, nh, self.capacity + 1, hs)
+            self.v = v.new_zeros(B, nh, self.capacity + 1, hs)
+        pos = self.positions(B, T, k.device).clamp(max=self.capacity)  # past the end: the scratch slot
         index = pos[:, None, :, None].expand(B, nh, T, hs)
         self.k.scatter_(2, index, k)
         self.v.scatter_(2, index, v)
-        self.lengths = pos[:, -1] + 1
+        self.lengths = (pos[:, -1] + 1).clamp(max=self.capacity)
         width = int(self.lengths.max())
-        mask = torch.arange(width, device=k.device)[None, None, None, :] <= pos[:, None, :, None]
-        return self.k[:, :, :width], self.v[:, :, :width], mask
+        return self.k[:, :, :width], self.v[:, :, :width]
+
+    def visible(self, q_positions: torch.Tensor) -> torch.Tensor:
+        """Bool mask (B, 1, Tq, Tk): a query at position p sees the cached positions <= p of its row."""
+        width = int(self.lengths.max())
+        return torch.arange(width, device=q_positions.device)[None, None, None, :] <= q_positions[:, None, :, None]
 
     def truncate(self, lengths: torch.Tensor) -> None:
-        """Keep only the first lengths[b] positions of row b (the rest are overwritten later)."""
-        self.lengths = lengths.to(self.lengths.device).clone()
+        """Keep only the first lengths[b] positions of row b (at most capacity; the rest get overwritten)."""
+        self.lengths = lengths.to(self.lengths.device).clamp(max=self.capacity)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop every row not listed in `rows` (B',): finished rows cost nothing afterwards."""

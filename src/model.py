@@ -86,6 +86,18 @@ class DownProjectBlock(nn.Module):
         x = C + self.attn(self.ln1(x_input), self.ln1(C))
         return x + self.mlp(self.ln2(x))
 
+    def forward_cached(self, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Decoding: new inputs (B, T, C) at positions (B, T) -> their bottleneck entries (B, T, C).
+
+        Input position p < m brings bottleneck position p (which sees inputs
+        <= p, all known now); earlier bottleneck positions cannot change. An
+        input past m brings none: its entry here is computed but never used.
+        """
+        at = positions.clamp(max=self.C.size(1) - 1)
+        C = self.C[0][at]  # (B, T, C)
+        x = C + self.attn.forward_cached(self.ln1(C), self.ln1(x_input), cache, at)
+        return x + self.mlp(self.ln2(x))
+
 
 class UpProjectBlock(nn.Module):
     """Cross-attention from the input positions onto the bottleneck: (B, m, C), (B, T, C) -> (B, T, C).
@@ -106,14 +118,21 @@ class UpProjectBlock(nn.Module):
         x = x_input + self.attn(self.ln1(y), self.ln1(x_input))
         return x + self.mlp(self.ln2(x))
 
+    def forward_cached(
+        self, y: torch.Tensor, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache
+    ) -> torch.Tensor:
+        """Decoding: new bottleneck entries y and inputs x_input (B, T, C) at positions (B, T) -> (B, T, C)."""
+        x = x_input + self.attn.forward_cached(self.ln1(x_input), self.ln1(y), cache, positions)
+        return x + self.mlp(self.ln2(x))
+
 
 class GPT(nn.Module):
     """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
 
     The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to
     block_size; a shorter T computes the same logits for its positions. With
-    `caches` (vanilla only, from new_caches) idx holds the next T tokens of
-    each row, placed after that row's cached positions (fast greedy decoding).
+    `caches` (from new_caches) idx holds the next T tokens of each row, placed
+    after that row's cached positions (fast greedy decoding, both variants).
     """
 
     def __init__(self, config: GPTConfig):
@@ -167,8 +186,13 @@ class GPT(nn.Module):
             assert int(positions.max()) < self.config.block_size, "sequence longer than block_size"
             pos_emb = self.pos_emb[0][positions]  # (B, T, C)
         x = self.drop(self.tok_emb(idx) + pos_emb)  # (B, T, C)
-        if self.config.perceiver:
-            assert caches is None, "the perceiver has no KV cache: its bottleneck mixes every position"
+        if self.config.perceiver and caches is not None:
+            down, *middle, up = caches
+            y = self.down_block.forward_cached(x, positions, down)  # (B, T, C): new bottleneck entries
+            for block, cache in zip(self.blocks, middle, strict=True):
+                y = block(y, cache)
+            x = self.up_block.forward_cached(y, x, positions, up)
+        elif self.config.perceiver:
             y = self.down_block(x)  # (B, m, C)
             y = self.blocks(y)
             x = self.up_block(y, x)  # (B, T, C)
@@ -183,6 +207,9 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=0)
         return logits, loss
 
-    def new_caches(self, capacity: int | None = None) -> list[KVCache]:
-        """One empty KV cache per block (vanilla only), for up to `capacity` (default block_size) positions."""
-        return [KVCache(capacity or self.config.block_size) for _ in self.blocks]
+    def new_caches(self) -> list[KVCache]:
+        """Empty KV caches for decoding: one per block (perceiver: inputs, each bottleneck block, bottleneck outputs)."""
+        if self.config.perceiver:
+            m = self.config.bottleneck_dim
+            return [KVCache(self.config.block_size), *[KVCache(m) for _ in self.blocks], KVCache(m)]
+        return [KVCache(self.config.block_size) for _ in self.blocks]

@@ -330,14 +330,7 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, devi
 
 
 def next_logits_fn(model: GPT):
-    """next_logits for greedy_decode_batch: a KV cache for vanilla, a recompute of the live rows for the perceiver."""
-    if model.config.perceiver:
-
-        def recompute(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-            logits = model(tokens)[0]  # causal: right padding does not change the rows' real positions
-            return logits[torch.arange(tokens.size(0)), lengths - 1]
-
-        return recompute
+    """next_logits for greedy_decode_batch, with KV caches (both variants: see GPT.new_caches)."""
     caches = model.new_caches()
 
     def cached(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:

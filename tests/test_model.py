@@ -97,9 +97,10 @@ def test_loss_ignores_pad_targets():
     assert not torch.isclose(loss, loss_pad)
 
 
-def test_cached_decoding_logits_equal_full_recompute():
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_cached_decoding_logits_equal_full_recompute(perceiver):
     torch.manual_seed(0)
-    model = tiny()
+    model = tiny(perceiver, bottleneck_dim=6)  # the perceiver's steps run past its bottleneck length
     x = torch.randint(0, 20, (2, 10))
     full, _ = model(x)
     caches = model.new_caches()
@@ -108,9 +109,10 @@ def test_cached_decoding_logits_equal_full_recompute():
     torch.testing.assert_close(torch.cat([first, *rest], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_cache_rows_of_different_lengths_see_only_their_own_positions():
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_cache_rows_of_different_lengths_see_only_their_own_positions(perceiver):
     torch.manual_seed(0)
-    model = tiny()
+    model = tiny(perceiver, bottleneck_dim=5)
     x = torch.randint(1, 20, (3, 9))
     lengths = torch.tensor([3, 6, 4])
     caches = model.new_caches()
@@ -123,9 +125,10 @@ def test_cache_rows_of_different_lengths_see_only_their_own_positions():
         torch.testing.assert_close(step[row, -1], alone[0, -1], atol=1e-5, rtol=1e-5)
 
 
-def test_dropping_cache_rows_keeps_the_others_unchanged():
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_dropping_cache_rows_keeps_the_others_unchanged(perceiver):
     torch.manual_seed(0)
-    model = tiny()
+    model = tiny(perceiver, bottleneck_dim=4)
     x = torch.randint(1, 20, (3, 6))
     caches = model.new_caches()
     model(x[:, :5], caches=caches)
