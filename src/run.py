@@ -305,6 +305,9 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
 
 
+DECODE_BATCH = 128  # questions decoded together by the fast path (see README, "Speed")
+
+
 def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, device: torch.device) -> list[str]:
     """Greedy answers: each question + MASK is continued until the next MASK (or 32 characters)."""
     model.eval()
@@ -319,14 +322,27 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, devi
             steps = min(MAX_ANSWER_CHARS, block - len(ids))
             out = sample(model, x, steps, sample=False)[0, len(ids) :].tolist()
             answers.append(out)
-    else:
-        chunk = 512
-        for i in tqdm(range(0, len(encoded), chunk), desc="decoding", leave=False):
-            answers += greedy_decode_batch(
-                next_logits_fn(model), encoded[i : i + chunk], MAX_ANSWER_CHARS, mask_id, block, device
+    else:  # in batches of questions of similar length, so little of each batch is padding
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        answers = [[] for _ in encoded]
+        for start in tqdm(range(0, len(order), DECODE_BATCH), desc="decoding", leave=False):
+            rows = order[start : start + DECODE_BATCH]
+            batch = greedy_decode_batch(
+                next_logits_fn(model), [encoded[i] for i in rows], MAX_ANSWER_CHARS, mask_id, block, device
             )
+            for i, answer in zip(rows, batch, strict=True):
+                answers[i] = answer
     # A newline inside an answer would break the one-line-per-input predictions file.
     return [vocab.decode(a).split(MASK_CHAR)[0].replace("\n", " ") for a in answers]
+
+
+def shared_prefix_length(tokens: torch.Tensor, lengths: torch.Tensor) -> int:
+    """How many leading tokens every row of tokens (B, W) has in common, leaving each row one of its own."""
+    limit = int(lengths.min()) - 1
+    if limit <= 0:
+        return 0
+    same = (tokens[:, :limit] == tokens[:1, :limit]).all(dim=0)  # (limit,)
+    return int(same.long().cumprod(dim=0).sum())
 
 
 def next_logits_fn(model: GPT):
@@ -335,10 +351,15 @@ def next_logits_fn(model: GPT):
 
     def cached(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
         if kept is None:  # first call: one pass over every prompt, then forget the padding
-            logits = model(tokens, caches=caches)[0]
+            shared = shared_prefix_length(tokens, lengths)
+            if shared:  # "Where was " once, not once per row
+                model(tokens[:1, :shared], caches=caches)
+                for cache in caches:
+                    cache.keep_rows(torch.zeros(tokens.size(0), dtype=torch.long, device=tokens.device))
+            logits = model(tokens[:, shared:], caches=caches)[0]
             for cache in caches:
                 cache.truncate(lengths)
-            return logits[torch.arange(tokens.size(0)), lengths - 1]
+            return logits[torch.arange(tokens.size(0)), lengths - 1 - shared]
         if kept.numel() < caches[0].lengths.numel():
             for cache in caches:
                 cache.keep_rows(kept)

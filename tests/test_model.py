@@ -148,13 +148,25 @@ def test_batched_greedy_decoding_equals_one_prompt_at_a_time(perceiver):
     model = tiny(perceiver, bottleneck_dim=8)
     model.head.weight.data *= 20  # sharp logits: no near-ties for the two paths to break differently
     prompts = [torch.randint(1, 20, (n,)).tolist() for n in (2, 7, 4, 5, 11)]
+    prompts += [[5, 6, 7, *torch.randint(1, 20, (n,)).tolist()] for n in (1, 4, 2)]  # a shared prefix
     batched = greedy_decode_batch(next_logits_fn(model), prompts, 6, stop_id=3, block_size=16, device="cpu")
+    batched += greedy_decode_batch(next_logits_fn(model), prompts[5:], 6, stop_id=3, block_size=16, device="cpu")
+    prompts += prompts[5:]
     for prompt, got in zip(prompts, batched, strict=True):
         steps = min(6, 16 - len(prompt))
         alone = sample(model, torch.tensor([prompt]), steps)[0, len(prompt) :].tolist()
         if 3 in alone:
             alone = alone[: alone.index(3) + 1]
         assert got == alone
+
+
+def test_shared_prefix_leaves_every_row_a_token_of_its_own():
+    from run import shared_prefix_length
+
+    tokens = torch.tensor([[5, 6, 7, 8, 0], [5, 6, 7, 9, 4], [5, 6, 7, 8, 1]])
+    assert shared_prefix_length(tokens, torch.tensor([4, 5, 5])) == 3
+    assert shared_prefix_length(tokens, torch.tensor([3, 5, 5])) == 2  # row 0 is all prefix: keep its last
+    assert shared_prefix_length(tokens[:, 1:], torch.tensor([4, 4, 4])) == 2
 
 
 def test_bf16_autocast_stays_close_to_fp32():
