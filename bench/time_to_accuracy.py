@@ -3,6 +3,7 @@
     python bench/time_to_accuracy.py vanilla                 # the CPU recipe (--preset cpu)
     python bench/time_to_accuracy.py perceiver --seed 1 --max_epochs 100   # other flags go to run.py pretrain
     python bench/time_to_accuracy.py vanilla --snapshots 28,43,58   # also stop-early points
+    python bench/time_to_accuracy.py vanilla --table                # the log as a markdown table
 
 Runs the three run.py commands as a user would, in a scratch folder
 (bench/runs/<name>/), times each one, and appends one JSON line per run to
@@ -92,6 +93,24 @@ def append(record: dict) -> None:
     )
 
 
+def table() -> str:
+    """Markdown table of every logged run (bench/results/time_to_accuracy.jsonl), oldest first."""
+    rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
+    out = [
+        "| run | batch, lr, epochs | pretrain | total | pretrain loss | dev accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r["pretrain_config"]
+        steps = f"{r['pretrain_steps']:,} steps" if "snapshot_of" in r else f"{c['max_epochs']} epochs"
+        out.append(
+            f"| {r['name']} | {c['batch_size']}, {c['learning_rate']:g}, {steps} "
+            f"| {r['pretrain_seconds'] / 60:.1f} min | {r['total_seconds'] / 60:.1f} min "
+            f"| {r['pretrain_final_loss']:.2f} | {r['dev_accuracy']:.1%} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variant", choices=["vanilla", "perceiver"], help="which model")
@@ -99,7 +118,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="run.py --seed")
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
     p.add_argument("--snapshots", default="", help="comma-separated minutes of pretraining to also evaluate at")
+    p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
+    if args.table:
+        print(table())
+        return
     name = args.name or f"{args.variant}_{args.preset}_seed{args.seed}"
     out = ROOT / "bench" / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
