@@ -97,7 +97,7 @@ def table() -> str:
     """Markdown table of every logged run (bench/results/time_to_accuracy.jsonl), oldest first."""
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     out = [
-        "| run | batch, lr, epochs | pretrain | total | pretrain loss | dev accuracy |",
+        "| run | batch, lr, length | pretrain | total | last batch loss | dev accuracy |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:

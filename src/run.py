@@ -170,9 +170,9 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
 
 # Each preset fills the flags the user left unset. "handout" is the course's
 # recipe (the default: comparable with published numbers); "cpu" is this
-# repository's recipe (experimental: see README) for a 2-core CPU, about
-# half an hour (see README, "A CPU recipe"): smaller batches, no dropout while
-# memorising the corpus, and a cosine that ends exactly when training does.
+# repository's recipe for a 2-core CPU (experimental; about 80 minutes of
+# pretraining, measured in README, "A CPU recipe"): a lower rate, no dropout
+# while memorising the corpus, and a cosine that ends exactly when training does.
 PRESETS = {
     "handout": {
         "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "schedule": "handout"},
