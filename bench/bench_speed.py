@@ -86,14 +86,21 @@ def _batches_forever(trainer: Trainer):
         epoch += 1
 
 
-def eval_speed(ds: CharCorruptionDataset, variant: str) -> dict:
-    """Decode the 500 dev questions with both decoders from the same (untrained: it never stops early) model."""
+def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = None) -> dict:
+    """Decode the 500 dev questions with both decoders from the same model.
+
+    Untrained (params None), the model never produces the closing MASK, so the
+    fast decoder runs every row to 32 characters: its worst case. A trained
+    model (params: a finetuned params file) stops rows early, as in real use.
+    """
     questions = [q.text for q in read_questions(DATA / "birth_dev.tsv", require_place=False) if q]
-    out = {"variant": variant, "lines": len(questions)}
+    out = {"variant": variant, "lines": len(questions), "params": str(params) if params else "untrained"}
     preds = {}
     threads = torch.get_num_threads()
     for impl in ("reference", "fast"):
         model = model_for(variant, ds.vocab_size, impl)
+        if params is not None:
+            model.load_state_dict(torch.load(params, weights_only=True))
         # One line at a time is far faster on one thread here (2 threads: ~70x slower per line), so
         # the reference gets its best setting; the batched decoder uses every thread.
         torch.set_num_threads(1 if impl == "reference" else threads)
@@ -128,6 +135,13 @@ def main() -> None:
     p.add_argument("--ref_steps", type=int, default=4, help="timed reference-path steps per variant")
     p.add_argument("--fast_steps", type=int, default=20, help="timed fast-path steps per variant")
     p.add_argument("--batch_size", type=int, default=128, help="pretraining batch size (handout: 128)")
+    p.add_argument(
+        "--trained",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="finetuned params files to also time decoding with (perceiver if 'perceiver' is in the name; m=64)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.json", help="JSON output")
     args = p.parse_args()
     random.seed(0)
@@ -153,11 +167,14 @@ def main() -> None:
         result["train"] = rows
     if "eval" in args.parts:
         result["eval"] = []
-        for variant in ("vanilla", "perceiver"):
-            e = eval_speed(ds, variant)
+        cases = [(v, None) for v in ("vanilla", "perceiver")]
+        cases += [("perceiver" if "perceiver" in p.name else "vanilla", p) for p in args.trained]
+        for variant, params in cases:
+            e = eval_speed(ds, variant, params)
             result["eval"].append(e)
+            model = f"{variant}, trained ({params.parent.name})" if params else f"{variant}, untrained"
             lines.append(
-                f"| decode 500 dev lines, {variant} | {e['reference_seconds']:.1f} s | {e['fast_seconds']:.2f} s "
+                f"| decode 500 dev lines, {model} | {e['reference_seconds']:.1f} s | {e['fast_seconds']:.2f} s "
                 f"(identical: {e['identical_predictions']}) | {e['speedup']:.0f}x |"
             )
     if "finetune" in args.parts:
