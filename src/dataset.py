@@ -265,10 +265,47 @@ class NameDataset(Dataset):
         self, batch_size: int, rng: np.random.Generator, bucket: bool = True
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of (x, y) batches in random order (see CharCorruptionDataset.epoch_batches)."""
-        order = rng.permutation(len(self))
-        ids = self.ids[order]
+        ids, real_len, target_mask = self.examples(rng.permutation(len(self)))
+        yield from _batches(ids, real_len, batch_size, rng, bucket, target_mask)
+
+    def examples(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids (N, block_size), real_len (N,), target_mask (N, block_size)) of the examples in `order`."""
         target_mask = np.arange(self.block_size)[None, :] >= self.question_len[order, None]
-        yield from _batches(ids, self.real_len[order], batch_size, rng, bucket, target_mask)
+        return self.ids[order], self.real_len[order], target_mask
+
+
+class MixedDataset(Dataset):
+    """Span-corruption examples and question examples, shuffled together in every epoch.
+
+    An experimental pretraining objective (`run.py pretrain --mix_questions`):
+    each epoch has one corrupted example per document and one example per
+    question, the questions trained as in finetuning (loss on the answer only).
+    ds[i] -> (x, y): corruption[i] for i < len(corruption), else questions[i - len(corruption)].
+    """
+
+    def __init__(self, corruption: CharCorruptionDataset, questions: NameDataset):
+        self.corruption, self.questions = corruption, questions
+        self.block_size = corruption.block_size
+        self.example_length = corruption.example_length
+
+    def __len__(self) -> int:
+        return len(self.corruption) + len(self.questions)
+
+    def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(self.corruption)
+        return self.corruption[idx] if idx < n else self.questions[idx - n]
+
+    def epoch_batches(
+        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of (x, y) batches (see CharCorruptionDataset.epoch_batches)."""
+        doc_ids, doc_len = self.corruption.corrupted_ids(rng.permutation(len(self.corruption)), rng)
+        q_ids, q_len, q_mask = self.questions.examples(rng.permutation(len(self.questions)))
+        ids = np.concatenate([doc_ids, q_ids])
+        real_len = np.concatenate([doc_len, q_len])
+        target_mask = np.concatenate([np.ones_like(doc_ids, dtype=bool), q_mask])
+        mix = rng.permutation(len(ids))  # without bucketing, batches mix both kinds at random
+        yield from _batches(ids[mix], real_len[mix], batch_size, rng, bucket, target_mask[mix])
 
 
 def _batches(

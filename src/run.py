@@ -29,7 +29,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from confidence import beam_search, evaluation_summary, format_ask, format_summary, score_answers, scores_tsv
-from dataset import MASK_CHAR, CharCorruptionDataset, NameDataset, Vocabulary, read_questions, read_text
+from dataset import MASK_CHAR, CharCorruptionDataset, MixedDataset, NameDataset, Vocabulary, read_questions, read_text
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
@@ -196,14 +196,18 @@ def apply_preset(args: argparse.Namespace) -> None:
         args.max_epochs = 10 if args.reading_params_path else 75
 
 
-def trainer_config(args: argparse.Namespace, pretrain_len: int) -> TrainerConfig:
-    """TrainerConfig from the resolved flags (see apply_preset)."""
+def trainer_config(args: argparse.Namespace, pretrain_len: int, train_len: int | None = None) -> TrainerConfig:
+    """TrainerConfig from the resolved flags (see apply_preset).
+
+    pretrain_len: documents in the pretraining corpus; train_len: examples per
+    epoch of the data trained on now (default pretrain_len).
+    """
     if args.function == "pretrain":
         lr = args.pretrain_lr
     else:
         lr = args.finetune_lr
     if args.schedule == "run":  # the cosine spans exactly this run's epochs
-        final_tokens = args.max_epochs * pretrain_len * (BLOCK_SIZE - 1)
+        final_tokens = args.max_epochs * (train_len or pretrain_len) * (BLOCK_SIZE - 1)
         cap = True
     else:  # the handout's: final_tokens fixed by the pretraining corpus, cosine uncapped unless asked
         final_tokens = 200 * pretrain_len * BLOCK_SIZE
@@ -221,6 +225,7 @@ def trainer_config(args: argparse.Namespace, pretrain_len: int) -> TrainerConfig
         impl=args.impl,
         bf16=not args.fp32,
         compile=args.compile,
+        token_weighted=args.token_weighted,
         seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
         ckpt_every=args.ckpt_every,
@@ -231,7 +236,7 @@ def trainer_config(args: argparse.Namespace, pretrain_len: int) -> TrainerConfig
 RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
-    "reading_params_path",
+    "reading_params_path", "mix_questions", "token_weighted",
 )  # fmt: skip
 
 
@@ -257,12 +262,15 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
     check_output_folder(args.writing_params_path, "--writing_params_path")
     if args.function == "pretrain":
         dataset = pretrain_dataset
+        if args.mix_questions is not None:
+            questions = NameDataset(pretrain_dataset, find_data_file(args.mix_questions, "--mix_questions file"))
+            dataset = MixedDataset(pretrain_dataset, questions)
     else:
         if args.finetune_corpus_path is None:
             raise UserError("finetune needs --finetune_corpus_path")
         path = find_data_file(args.finetune_corpus_path, "finetune corpus")
         dataset = NameDataset(pretrain_dataset, path)
-    cfg = trainer_config(args, len(pretrain_dataset))
+    cfg = trainer_config(args, len(pretrain_dataset), len(dataset))
     ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
     if args.reading_params_path is not None:
@@ -449,6 +457,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--reading_params_path", default=None, help="params to load before training or evaluating")
     p.add_argument("--writing_params_path", default=None, help="where to save the trained params")
     p.add_argument("--finetune_corpus_path", default=None, help="question<TAB>place file to finetune on")
+    p.add_argument(
+        "--mix_questions",
+        default=None,
+        help="pretrain only (experimental): also train on this question<TAB>place file in every epoch",
+    )
     p.add_argument("--eval_corpus_path", default=None, help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", default=None, help="where to write one prediction per input line")
     p.add_argument(
@@ -492,6 +505,11 @@ def make_parser() -> argparse.ArgumentParser:
         "--compile", action="store_true", help="torch.compile the training forward pass (fast path; off by default)"
     )
     p.add_argument(
+        "--token_weighted",
+        action="store_true",
+        help="fast path: weight each batch's loss by its number of targets, as unbucketed batches are (see README)",
+    )
+    p.add_argument(
         "--cosine_cap", action="store_true", help="hold the LR floor after final_tokens (handout: cosine rises again)"
     )
     return p
@@ -502,6 +520,8 @@ def run(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UserError(f"--{flag} must be at least 1, got {value}")
+    if args.mix_questions is not None and args.function != "pretrain":
+        raise UserError("--mix_questions is for pretrain only")
     apply_preset(args)
     seed_everything(args.seed)
     device, rank = init_distributed(args.device)

@@ -38,6 +38,10 @@ class TrainerConfig:
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
     compile: bool = False  # torch.compile the forward pass (fast path; see README for when it pays)
+    # Fast path: weight each batch's mean loss by its share of the targets, so a
+    # bucketed batch of short examples steps as little as its tokens deserve (as
+    # in the handout's mixed-length batches); False gives every batch equal weight.
+    token_weighted: bool = False
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
@@ -202,6 +206,7 @@ class Trainer:
         model.train()
         use_bf16 = cfg.impl == "fast" and cfg.bf16
         example_length = getattr(self.train_dataset, "example_length", None)
+        targets_per_batch = self.mean_targets_per_batch() if cfg.token_weighted and cfg.impl == "fast" else None
         n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
         quiet = self.rank != 0
         while self.epoch < cfg.max_epochs and not self.finished():
@@ -218,7 +223,7 @@ class Trainer:
                 with autocast(self.device, use_bf16):
                     _, loss = model(x, y)
                 model.zero_grad(set_to_none=True)
-                loss.backward()
+                self.training_loss(loss, y, targets_per_batch).backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip)
                 self.optimizer.step()
                 self.step += 1
@@ -258,6 +263,21 @@ class Trainer:
                 tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
         self.save_checkpoint()
         return self.losses
+
+    def training_loss(self, loss: torch.Tensor, y: torch.Tensor, targets_per_batch: float | None) -> torch.Tensor:
+        """The loss to differentiate: the batch's mean loss, or with targets_per_batch the sum of its
+        token losses divided by that constant (y: this rank's targets, PAD = 0)."""
+        if targets_per_batch is None:
+            return loss
+        # DDP averages the ranks' gradients, hence world_size: the sum of all ranks' token losses over the constant.
+        return loss * ((y != 0).sum() * self.world_size / targets_per_batch)
+
+    def mean_targets_per_batch(self) -> float:
+        """Mean number of non-PAD targets in a global batch, counted over one epoch's batches."""
+        targets, rows = 0, 0
+        for _, y in self.batches(0):
+            targets, rows = targets + int((y != 0).sum()), rows + len(y)
+        return targets * self.config.batch_size / rows
 
     def finished(self) -> bool:
         return self.config.max_steps is not None and self.step >= self.config.max_steps

@@ -125,6 +125,17 @@ def test_missing_finetune_corpus_is_a_one_line_error(tiny_corpus, capsys):
     one_line_error(capsys, "missing.tsv")
 
 
+def test_pretraining_with_mixed_questions_runs_and_its_cosine_spans_both_kinds(tiny_corpus, tiny_train_tsv):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--mix_questions", str(tiny_train_tsv)) == 0
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--mix_questions", "q.tsv")
+    assert run.trainer_config(args, 2937, 2937 + 2000).final_tokens == args.max_epochs * (2937 + 2000) * 127
+
+
+def test_mixed_questions_outside_pretraining_are_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--mix_questions", "x.tsv") == 2
+    one_line_error(capsys, "--mix_questions is for pretrain only")
+
+
 def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Niels Bohr born? Copenhagen\n", encoding="utf-8")

@@ -14,6 +14,7 @@ from dataset import (
     PAD_CHAR,
     CharCorruptionDataset,
     CorruptionDraw,
+    MixedDataset,
     NameDataset,
     Vocabulary,
     corrupt,
@@ -147,6 +148,45 @@ def test_name_dataset_batches_match_its_examples(tmp_path):
     for row, i in enumerate(order):
         xi, yi = nd[i]
         assert torch.equal(x[row], xi) and torch.equal(y[row], yi)
+
+
+def mixed_dataset(tmp_path) -> MixedDataset:
+    ds = corpus_dataset()
+    return MixedDataset(ds, NameDataset(ds, write(tmp_path, "".join(f"Where was {n} born?\t{p}\n" for n, p in PEOPLE))))
+
+
+def test_mixed_dataset_indexes_documents_then_questions(tmp_path):
+    mixed = mixed_dataset(tmp_path)
+    n = len(mixed.corruption)
+    assert len(mixed) == n + len(mixed.questions)
+    for got, want in zip(mixed[n], mixed.questions[0], strict=True):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+def test_mixed_epoch_has_every_document_and_every_question_once(tmp_path, bucket):
+    mixed = mixed_dataset(tmp_path)
+    batches = list(mixed.epoch_batches(7, np.random.default_rng(0), bucket=bucket))
+    assert sum(len(x) for x, _ in batches) == len(mixed)
+    question_rows = [
+        mixed.questions.vocab.decode(x[i, : (x[i] == 1).nonzero()[0, 0]].tolist())
+        for x, _ in batches
+        for i in range(len(x))
+        if mixed.questions.vocab.decode(x[i, :10].tolist()) == "Where was "
+    ]
+    assert sorted(question_rows) == sorted(q.text for q in mixed.questions.data)
+
+
+def test_mixed_epoch_trains_questions_on_their_answer_only(tmp_path):
+    mixed = mixed_dataset(tmp_path)
+    vocab = mixed.questions.vocab
+    for x, y in mixed.epoch_batches(7, np.random.default_rng(0)):
+        for i in range(len(x)):
+            text = vocab.decode(x[i].tolist())
+            if text.startswith("Where was ") and text.index(MASK_CHAR) == text.index("?") + 1:
+                question_len = text.index(MASK_CHAR)
+                assert (y[i, : question_len - 1] == 0).all()
+                assert (y[i, question_len - 1] == 1).all()  # the MASK that starts the answer is a target
 
 
 def write(tmp_path, text: str):

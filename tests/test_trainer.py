@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
@@ -86,6 +87,26 @@ def test_compiled_training_follows_the_eager_loss_curve():
     eager = tiny_run("fast", steps=4, dropout=0.0, bf16=False)  # compiled dropout draws other random masks
     compiled = tiny_run("fast", steps=4, dropout=0.0, bf16=False, compile=True)
     np.testing.assert_allclose(compiled, eager, rtol=1e-3)
+
+
+def test_token_weighted_loss_is_the_sum_of_token_losses_over_the_mean_targets_per_batch():
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
+    trainer = Trainer(model, ds, TrainerConfig(batch_size=8, token_weighted=True), torch.device("cpu"))
+    ys = [y for _, y in trainer.batches(0)]
+    per_batch = trainer.mean_targets_per_batch()
+    assert per_batch == pytest.approx(sum(int((y != 0).sum()) for y in ys) * 8 / len(ds))
+    x, y = next(iter(trainer.batches(0)))
+    logits, loss = model(x, y)
+    token_sum = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=0, reduction="sum")
+    torch.testing.assert_close(trainer.training_loss(loss, y, per_batch), token_sum / per_batch)
+    assert trainer.training_loss(loss, y, None) is loss
+
+
+def test_token_weighted_training_reduces_the_loss():
+    losses = tiny_run("fast", steps=15, token_weighted=True)
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
 
 
 def test_max_steps_stops_training():

@@ -1,0 +1,87 @@
+"""Does a pretrained model know the facts? Recall of each dev person's place from their own document.
+
+    python bench/recall_probe.py vanilla bench/runs/NAME/pretrain.params [more params files]
+
+For every dev question whose place occurs in the person's wiki.txt document,
+the model reads the document up to the place ("Ada Lovelace. She was born in ")
+and must continue with the place itself: exact match of every character under
+greedy decoding (teacher-forced argmax over the place's characters, which is
+the same thing). That is plain language modelling, the first part of every
+span-corruption example, so it measures what pretraining stored, before
+finetuning has to teach the question format. Comparing it with the dev
+accuracy after finetuning separates "not memorised" from "memorised but not
+recalled through the question". Results are printed and appended to
+bench/results/recall_probe.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from confidence import person_name  # noqa: E402
+from dataset import CharCorruptionDataset, read_questions, read_text  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from utils import torch_load_safe  # noqa: E402
+
+BLOCK = 128
+
+
+def probes(wiki: str, dev_path: Path) -> list[tuple[str, str]]:
+    """(document prefix, place) for each dev question whose place occurs within the block of its document."""
+    docs = {}
+    for line in wiki.split("\n"):
+        name = line.split(".", 1)[0]
+        docs.setdefault(name, line)
+    out = []
+    for q in read_questions(dev_path, require_place=True):
+        if q is None or (name := person_name(q.text)) is None or name not in docs:
+            continue
+        doc = docs[name]
+        # The first occurrence after the name itself ("Paris Hilton. ..." is not about the place).
+        at = doc.find(q.place, len(name) + 1)
+        if 0 < at and at + len(q.place) <= BLOCK - 1:
+            out.append((doc[:at], q.place))
+    return out
+
+
+@torch.no_grad()
+def recall(model: GPT, ds: CharCorruptionDataset, items: list[tuple[str, str]]) -> float:
+    """Fraction of items whose place the model produces, character for character, after the prefix."""
+    correct = 0
+    for prefix, place in items:
+        ids = torch.tensor([ds.vocab.encode(prefix + place)])
+        logits, _ = model(ids[:, :-1])
+        guess = logits[0, len(prefix) - 1 :].argmax(-1)
+        correct += bool((guess == ids[0, len(prefix) :]).all())
+    return correct / len(items)
+
+
+def main() -> None:
+    if len(sys.argv) < 3 or sys.argv[1] not in ("vanilla", "perceiver"):
+        sys.exit(__doc__)
+    wiki = read_text(ROOT / "data" / "wiki.txt")
+    ds = CharCorruptionDataset(wiki, BLOCK)
+    items = probes(wiki, ROOT / "data" / "birth_dev.tsv")
+    config = GPTConfig(vocab_size=ds.vocab_size, perceiver=sys.argv[1] == "perceiver")
+    for path in sys.argv[2:]:
+        model = GPT(config)
+        model.load_state_dict(torch_load_safe(path))
+        model.set_impl("fast")
+        model.eval()
+        r = recall(model, ds, items)
+        print(f"{path}: recall from the document {100 * r:.1f}% of {len(items)} dev people")
+        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "params": path, "items": len(items), "recall": round(r, 4)}
+        with open(ROOT / "bench" / "results" / "recall_probe.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
