@@ -97,16 +97,17 @@ def table() -> str:
     """Markdown table of every logged run (bench/results/time_to_accuracy.jsonl), oldest first."""
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     out = [
-        "| run | batch, lr, length | pretrain | total | last batch loss | dev accuracy |",
+        "| run | batch, lr, length | other pretraining flags | pretrain | total | dev accuracy |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         c = r["pretrain_config"]
         steps = f"{r['pretrain_steps']:,} steps" if "snapshot_of" in r else f"{c['max_epochs']} epochs"
+        flags = " ".join(r["pretrain_flags"])
+        flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip() or "-"
         out.append(
-            f"| {r['name']} | {c['batch_size']}, {c['learning_rate']:g}, {steps} "
-            f"| {r['pretrain_seconds'] / 60:.1f} min | {r['total_seconds'] / 60:.1f} min "
-            f"| {r['pretrain_final_loss']:.2f} | {r['dev_accuracy']:.1%} |"
+            f"| {r['name']} | {c['batch_size']}, {c['learning_rate']:g}, {steps} | {flags} "
+            f"| {r['pretrain_seconds'] / 60:.1f} min | {r['total_seconds'] / 60:.1f} min | {r['dev_accuracy']:.1%} |"
         )
     return "\n".join(out)
 

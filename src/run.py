@@ -236,7 +236,7 @@ def trainer_config(args: argparse.Namespace, pretrain_len: int, train_len: int |
 RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
-    "reading_params_path", "mix_questions", "token_weighted",
+    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted",
 )  # fmt: skip
 
 
@@ -270,6 +270,8 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
             raise UserError("finetune needs --finetune_corpus_path")
         path = find_data_file(args.finetune_corpus_path, "finetune corpus")
         dataset = NameDataset(pretrain_dataset, path)
+        if args.mix_corpus:
+            dataset = MixedDataset(pretrain_dataset, dataset)
     cfg = trainer_config(args, len(pretrain_dataset), len(dataset))
     ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
@@ -462,6 +464,11 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="pretrain only (experimental): also train on this question<TAB>place file in every epoch",
     )
+    p.add_argument(
+        "--mix_corpus",
+        action="store_true",
+        help="finetune only (experimental): also train on span-corruption examples of the corpus in every epoch",
+    )
     p.add_argument("--eval_corpus_path", default=None, help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", default=None, help="where to write one prediction per input line")
     p.add_argument(
@@ -522,6 +529,8 @@ def run(args: argparse.Namespace) -> None:
             raise UserError(f"--{flag} must be at least 1, got {value}")
     if args.mix_questions is not None and args.function != "pretrain":
         raise UserError("--mix_questions is for pretrain only")
+    if args.mix_corpus and args.function != "finetune":
+        raise UserError("--mix_corpus is for finetune only")
     apply_preset(args)
     seed_everything(args.seed)
     device, rank = init_distributed(args.device)

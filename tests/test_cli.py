@@ -136,6 +136,15 @@ def test_mixed_questions_outside_pretraining_are_a_one_line_error(tiny_corpus, t
     one_line_error(capsys, "--mix_questions is for pretrain only")
 
 
+def test_finetuning_with_the_corpus_mixed_in_runs(tiny_corpus, tiny_train_tsv):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--mix_corpus") == 0
+
+
+def test_mixed_corpus_outside_finetuning_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--mix_corpus") == 2
+    one_line_error(capsys, "--mix_corpus is for finetune only")
+
+
 def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Niels Bohr born? Copenhagen\n", encoding="utf-8")

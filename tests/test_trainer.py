@@ -61,6 +61,12 @@ def test_weight_decay_applies_to_linear_weights_only():
     assert len(decayed) + len(opt.param_groups[1]["params"]) == len(names)
 
 
+def test_fast_path_uses_the_fused_adamw_and_the_reference_path_the_default():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    assert make_optimizer(model, TrainerConfig(impl="fast")).defaults["fused"] is True
+    assert not make_optimizer(model, TrainerConfig(impl="reference")).defaults["fused"]
+
+
 def tiny_run(impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, **config) -> list[float]:
     torch.manual_seed(seed)
     text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
