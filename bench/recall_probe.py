@@ -1,6 +1,7 @@
 """Does a pretrained model know the facts? Recall of each dev person's place from their own document.
 
     python bench/recall_probe.py vanilla bench/runs/NAME/pretrain.params [more params files]
+    python bench/recall_probe.py vanilla PARAMS --shift "Where was "   # the same, documents moved right
 
 For every dev question whose place occurs in the person's wiki.txt document,
 the model reads the document up to the place ("Ada Lovelace. She was born in ")
@@ -10,7 +11,11 @@ the same thing). That is plain language modelling, the first part of every
 span-corruption example, so it measures what pretraining stored, before
 finetuning has to teach the question format. Comparing it with the dev
 accuracy after finetuning separates "not memorised" from "memorised but not
-recalled through the question". Results are printed and appended to
+recalled through the question". --shift puts a text before every document:
+the facts are the same, only their positions and the context before them
+change, so a drop measures how much the stored facts are tied to the absolute
+positions at which pretraining saw them (in a question the name starts at
+position 10). Results are printed and appended to
 bench/results/recall_probe.jsonl.
 """
 
@@ -65,20 +70,28 @@ def recall(model: GPT, ds: CharCorruptionDataset, items: list[tuple[str, str]]) 
 
 
 def main() -> None:
-    if len(sys.argv) < 3 or sys.argv[1] not in ("vanilla", "perceiver"):
+    argv = sys.argv[1:]
+    shift = ""
+    if "--shift" in argv:
+        at = argv.index("--shift")
+        shift = argv[at + 1]
+        del argv[at : at + 2]
+    if len(argv) < 2 or argv[0] not in ("vanilla", "perceiver"):
         sys.exit(__doc__)
     wiki = read_text(ROOT / "data" / "wiki.txt")
     ds = CharCorruptionDataset(wiki, BLOCK)
-    items = probes(wiki, ROOT / "data" / "birth_dev.tsv")
-    config = GPTConfig(vocab_size=ds.vocab_size, perceiver=sys.argv[1] == "perceiver")
-    for path in sys.argv[2:]:
+    items = [(shift + prefix, place) for prefix, place in probes(wiki, ROOT / "data" / "birth_dev.tsv")]
+    items = [(prefix, place) for prefix, place in items if len(prefix) + len(place) <= BLOCK - 1]
+    config = GPTConfig(vocab_size=ds.vocab_size, perceiver=argv[0] == "perceiver")
+    for path in argv[1:]:
         model = GPT(config)
         model.load_state_dict(torch_load_safe(path))
         model.set_impl("fast")
         model.eval()
         r = recall(model, ds, items)
-        print(f"{path}: recall from the document {100 * r:.1f}% of {len(items)} dev people")
-        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "params": path, "items": len(items), "recall": round(r, 4)}
+        print(f"{path}: recall from the document {100 * r:.1f}% of {len(items)} dev people (shift {shift!r})")
+        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "params": path, "shift": shift}
+        record |= {"items": len(items), "recall": round(r, 4)}
         with open(ROOT / "bench" / "results" / "recall_probe.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
