@@ -109,7 +109,14 @@ class CharCorruptionDataset(Dataset):
     The corpus also defines the vocabulary (`stoi`, `itos`, `vocab_size`).
     """
 
-    def __init__(self, data: str, block_size: int, source: str = "corpus"):
+    def __init__(self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0):
+        if not 0 <= max_offset <= block_size - max_truncated_len(block_size) - 2:
+            raise UserError(
+                f"the document offset must be between 0 and {block_size - max_truncated_len(block_size) - 2}"
+            )
+        # Experimental (0 = the handout): each example starts at a random position 0..max_offset,
+        # after the end of another random document, instead of always at position 0.
+        self.max_offset = max_offset
         self.vocab = Vocabulary.from_text(data)
         self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
         self.vocab_size = len(self.vocab)
@@ -137,6 +144,9 @@ class CharCorruptionDataset(Dataset):
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         document = self.data[idx]
         s = corrupt(document, self.draw(document, random), self.block_size)
+        if self.max_offset:
+            offset, other = random.randint(0, self.max_offset), random.choice(self.data)
+            s = other[len(other) - offset :] + s[: self.block_size - offset]
         ids = torch.tensor([self.stoi[c] for c in s], dtype=torch.long)
         return ids[:-1], ids[1:]
 
@@ -159,7 +169,14 @@ class CharCorruptionDataset(Dataset):
         ids = self.doc_ids[doc_index[:, None], src]
         ids = np.where((p == a) | (p == L - m + 1), 1, ids)  # the two MASKs
         ids = np.where(p >= L + 2, 0, ids)  # PAD
-        return ids, (L + 2)[:, 0]
+        if not self.max_offset:
+            return ids, (L + 2)[:, 0]
+        offset = rng.integers(0, self.max_offset + 1, n)[:, None]
+        other = rng.integers(0, len(self.data), n)[:, None]
+        tail = np.clip(self.doc_lengths[other] - offset + p, 0, self.doc_ids.shape[1] - 1)
+        body = np.take_along_axis(ids, np.clip(p - offset, 0, self.block_size - 1), axis=1)
+        ids = np.where(p < offset, self.doc_ids[other, tail], body)
+        return ids, (L + 2 + offset)[:, 0]
 
     def epoch_batches(
         self, batch_size: int, rng: np.random.Generator, bucket: bool = True

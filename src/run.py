@@ -236,7 +236,7 @@ def trainer_config(args: argparse.Namespace, pretrain_len: int, train_len: int |
 RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
-    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted",
+    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset",
 )  # fmt: skip
 
 
@@ -465,6 +465,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="pretrain only (experimental): also train on this question<TAB>place file in every epoch",
     )
     p.add_argument(
+        "--doc_offset",
+        type=int,
+        default=0,
+        help="pretrain only (experimental): start each example at a random position 0..N (N <= 14), "
+        "after the end of another document (0: always at position 0, the handout)",
+    )
+    p.add_argument(
         "--mix_corpus",
         action="store_true",
         help="finetune only (experimental): also train on span-corruption examples of the corpus in every epoch",
@@ -529,6 +536,8 @@ def run(args: argparse.Namespace) -> None:
             raise UserError(f"--{flag} must be at least 1, got {value}")
     if args.mix_questions is not None and args.function != "pretrain":
         raise UserError("--mix_questions is for pretrain only")
+    if args.doc_offset and args.function != "pretrain":
+        raise UserError("--doc_offset is for pretrain only")
     if args.mix_corpus and args.function != "finetune":
         raise UserError("--mix_corpus is for finetune only")
     apply_preset(args)
@@ -537,7 +546,9 @@ def run(args: argparse.Namespace) -> None:
     if rank != 0:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - under torchrun only rank 0 reports progress
     corpus_path = find_data_file(args.pretrain_corpus_path, "pretraining corpus")
-    pretrain_dataset = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
+    pretrain_dataset = CharCorruptionDataset(
+        read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path), max_offset=args.doc_offset
+    )
     model = build_model(args, pretrain_dataset.vocab_size)
     if args.function == "ask":
         return ask(args, pretrain_dataset, model, device)  # prints only: no TensorBoard run

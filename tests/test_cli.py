@@ -145,6 +145,15 @@ def test_mixed_corpus_outside_finetuning_is_a_one_line_error(tiny_corpus, capsys
     one_line_error(capsys, "--mix_corpus is for finetune only")
 
 
+def test_pretraining_with_document_offsets_runs(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--doc_offset", "14") == 0
+
+
+def test_document_offsets_outside_pretraining_are_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--doc_offset", "3") == 2
+    one_line_error(capsys, "--doc_offset is for pretrain only")
+
+
 def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Niels Bohr born? Copenhagen\n", encoding="utf-8")
