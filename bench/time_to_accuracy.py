@@ -11,7 +11,9 @@ bench/results/time_to_accuracy.jsonl (config, seconds per step, final pretrainin
 loss, dev accuracy), the log of the research behind the CPU recipe.
 
 --snapshots copies the pretraining checkpoint as it stood after each listed
-number of minutes; once the full run is done, each copy is finetuned and
+number of minutes (or, for entries like 200ep, as soon as epoch 200 is done:
+the checkpoint must fall on that epoch's last step, e.g. --ckpt_every 100 with
+23 steps per epoch and a multiple of 100 epochs); once the full run is done, each copy is finetuned and
 evaluated like the final model, and logged as its own line: what a user who
 had stopped pretraining at that point would have got (with the learning rate
 not yet decayed, since the schedule was planned for the whole run). Its
@@ -38,24 +40,38 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "time_to_accuracy.jsonl"
 
 
-def timed(cmd: list[str], log: Path, snapshots: dict[float, Path] | None = None) -> tuple[float, str]:
+def epochs_done(log: Path) -> int:
+    """The last finished epoch in a run.py log ("epoch N/M: loss ..." lines), 0 before the first."""
+    with open(log, "rb") as f:  # the end is enough: progress bars make the whole log large
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+        tail = f.read().decode("utf-8", errors="replace")
+    found = re.findall(r"epoch (\d+)/\d+: loss", tail)
+    return int(found[-1]) if found else 0
+
+
+def timed(cmd: list[str], log: Path, snapshots: dict[str, Path] | None = None) -> tuple[float, str]:
     """Run cmd (output to log); returns (seconds, output). Stops the benchmark if the command fails.
 
-    snapshots: {minutes: destination}; the checkpoint next to the params being
-    written is copied to each destination once that many minutes have passed.
+    snapshots: {"30" (minutes) or "200ep" (epochs): destination}; the checkpoint
+    next to the params being written is copied to each destination once that
+    many minutes have passed or that epoch has finished.
     """
     t0 = time.time()
-    pending = sorted((snapshots or {}).items())
+    pending = dict(snapshots or {})
     ckpt = Path(cmd[cmd.index("--writing_params_path") + 1] + ".ckpt") if pending else None
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
         while proc.poll() is None:
-            if pending and time.time() - t0 >= pending[0][0] * 60 and ckpt.is_file():
-                minutes, dest = pending.pop(0)
-                shutil.copy2(ckpt, dest)  # the checkpoint is replaced atomically, so the copy is whole
-                dest.with_suffix(".json").write_text(
-                    json.dumps({"minutes": minutes, "pretrain_seconds": round(os.path.getmtime(dest) - t0, 1)})
-                )
+            for when, dest in list(pending.items()):
+                if when.endswith("ep"):
+                    due = epochs_done(log) >= int(when[:-2])
+                else:
+                    due = time.time() - t0 >= float(when) * 60
+                if due and ckpt.is_file():
+                    del pending[when]
+                    shutil.copy2(ckpt, dest)  # the checkpoint is replaced atomically, so the copy is whole
+                    seconds = round(os.path.getmtime(dest) - t0, 1)
+                    dest.with_suffix(".json").write_text(json.dumps({"when": when, "pretrain_seconds": seconds}))
             time.sleep(1)
     text = log.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0:
@@ -80,6 +96,11 @@ def finetune_and_evaluate(run: list[str], common: list[str], pre_params: Path, o
             m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text)
             record["dev_accuracy"] = float(m.group(1)) / float(m.group(2))
     return record
+
+
+def label(when: str) -> str:
+    """A --snapshots entry as it appears in file and run names: "58" -> "58min", "200ep" -> "200ep"."""
+    return when if when.endswith("ep") else f"{float(when):g}min"
 
 
 def append(record: dict) -> None:
@@ -118,7 +139,7 @@ def main() -> None:
     p.add_argument("--preset", default="cpu", help="run.py --preset for pretraining and finetuning")
     p.add_argument("--seed", type=int, default=0, help="run.py --seed")
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
-    p.add_argument("--snapshots", default="", help="comma-separated minutes of pretraining to also evaluate at")
+    p.add_argument("--snapshots", default="", help="comma-separated minutes (58) or epochs (200ep) to also evaluate at")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
     if args.table:
@@ -132,7 +153,7 @@ def main() -> None:
     if args.variant == "perceiver":
         common += ["--bottleneck_dim", "64"]
     pre_params = out / "pretrain.params"
-    snapshots = {float(m): out / f"snap{m}min.ckpt" for m in args.snapshots.split(",") if m}
+    snapshots = {m: out / f"snap{label(m)}.ckpt" for m in args.snapshots.split(",") if m}
     record: dict = {
         "name": name,
         "variant": args.variant,
@@ -152,23 +173,23 @@ def main() -> None:
     record["pretrain_config"] = sidecar["trainer"]
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
 
-    for minutes, ckpt_copy in sorted(snapshots.items()):
+    for when, ckpt_copy in snapshots.items():
         if not ckpt_copy.is_file():
-            print(f"{name}: no snapshot at {minutes:g} min (pretraining ended first)")
+            print(f"{name}: no snapshot at {label(when)} (pretraining ended first)")
             continue
         ckpt = torch.load(ckpt_copy, weights_only=True)
-        snap_params = out / f"snap{minutes:g}min.pretrain.params"
+        snap_params = out / f"snap{label(when)}.pretrain.params"
         torch.save(ckpt["model"], snap_params)
         timing = json.loads(ckpt_copy.with_suffix(".json").read_text())
         snap = {
             **record,
-            "name": f"{name}@{minutes:g}min",
+            "name": f"{name}@{label(when)}",
             "snapshot_of": name,
             "pretrain_seconds": timing["pretrain_seconds"],
             "pretrain_steps": ckpt["step"],
             "pretrain_final_loss": ckpt["losses"][-1],
         }
-        append({**snap, **finetune_and_evaluate(run, common, snap_params, out, f"snap{minutes:g}min.")})
+        append({**snap, **finetune_and_evaluate(run, common, snap_params, out, f"snap{label(when)}.")})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention import CausalCrossAttention, CausalSelfAttention, KVCache
+from attention import CausalCrossAttention, CausalSelfAttention, Dropout, KVCache
 
 
 @dataclass
@@ -38,7 +38,7 @@ def mlp(config: GPTConfig) -> nn.Sequential:
         nn.Linear(config.n_embd, 4 * config.n_embd),
         nn.GELU(),
         nn.Linear(4 * config.n_embd, config.n_embd),
-        nn.Dropout(config.resid_pdrop),
+        Dropout(config.resid_pdrop),
     )
 
 
@@ -141,7 +141,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
         # Zero-initialised like the handout's (minGPT's) position table.
         self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
-        self.drop = nn.Dropout(config.embd_pdrop)
+        self.drop = Dropout(config.embd_pdrop)
         if config.perceiver:
             self.down_block = DownProjectBlock(config)
             self.blocks = nn.Sequential(*[Block(config, config.bottleneck_dim) for _ in range(config.n_layer - 2)])

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attention import CausalCrossAttention, CausalSelfAttention, KVCache, attend, causal_mask
+from attention import CausalCrossAttention, CausalSelfAttention, Dropout, KVCache, attend, causal_mask, dropout
 
 
 def loop_attention(q, k, v, mask):
@@ -58,3 +58,40 @@ def test_cross_attention_query_i_ignores_keys_after_i():
     a, b = attn(x_kv, x_q), attn(changed, x_q)
     torch.testing.assert_close(a[:, :3], b[:, :3])
     assert not torch.allclose(a[:, 3], b[:, 3])
+
+
+@pytest.mark.parametrize("impl", ["reference", "fast"])
+def test_dropout_zeroes_about_p_and_keeps_the_mean(impl):
+    torch.manual_seed(0)
+    x = torch.ones(400_000)
+    y = dropout(x, 0.1, impl)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - 0.1) < 0.003  # 0.1 +- 6 standard errors
+    kept = y[y != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, kept[0].item()))  # one scale for every kept element
+    assert abs(y.mean().item() - 1.0) < 0.005
+
+
+def test_fast_dropout_drops_different_elements_in_every_lane_and_call():
+    torch.manual_seed(0)
+    x = torch.ones(4, 10_000)
+    a, b = dropout(x, 0.5, "fast"), dropout(x, 0.5, "fast")
+    for lane in range(4):  # the four 16-bit lanes of each random 64-bit number drop independently at rate p
+        assert abs((a.view(-1, 4)[:, lane] == 0).float().mean().item() - 0.5) < 0.03
+    assert not torch.equal(a, b)
+
+
+def test_fast_dropout_gradient_is_the_same_mask_and_scale():
+    torch.manual_seed(0)
+    x = torch.randn(3, 50, requires_grad=True)
+    y = dropout(x, 0.3, "fast")
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.where(y != 0, y / x.detach(), 0.0))
+
+
+def test_dropout_module_is_the_identity_in_eval_mode():
+    module = Dropout(0.5)
+    module.impl = "fast"
+    x = torch.randn(8, 8)
+    assert torch.equal(module.eval()(x), x)
+    assert not torch.equal(module.train()(x), x)
