@@ -107,8 +107,13 @@ class CharDataset(Dataset):
         window = torch.from_numpy(self.ids[i * self.block_size : (i + 1) * self.block_size + 1])
         return window[:-1], window[1:]
 
-    def epoch_batches(self, batch_size: int, rng: np.random.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """len(self) windows (B, block_size) per epoch: the cut shifted by a random offset, in random order."""
+    def epoch_batches(
+        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """len(self) windows (B, block_size) per epoch: the cut shifted by a random offset, in random order.
+
+        Every window has the same length, so there is nothing to bucket: `bucket` is accepted and ignored.
+        """
         last = len(self.ids) - 1 - self.block_size  # the last possible start
         starts = rng.integers(self.block_size) + self.block_size * rng.permutation(len(self))
         starts = np.minimum(starts, last)  # the final window of a shifted cut may overlap its neighbour

@@ -42,6 +42,7 @@ class TrainerConfig:
     # bucketed batch of short examples steps as little as its tokens deserve (as
     # in the handout's mixed-length batches); False gives every batch equal weight.
     token_weighted: bool = False
+    bucket: bool = True  # fast path: length-bucketed batches; False: random batches as in the handout
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
@@ -150,7 +151,7 @@ class Trainer:
                 generator=g,  # keeps the loader from drawing on the global RNG (exact resume)
             )
         rng = np.random.default_rng([cfg.seed, epoch])
-        return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng), skip, None)
+        return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.bucket), skip, None)
 
     # -- checkpoints ----------------------------------------------------------
 

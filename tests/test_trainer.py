@@ -117,3 +117,18 @@ def test_token_weighted_training_reduces_the_loss():
 
 def test_max_steps_stops_training():
     assert len(tiny_run("fast", steps=4)) == 4
+
+
+def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(64))
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
+
+    def real_lengths(bucket: bool) -> list[np.ndarray]:
+        trainer = Trainer(model, ds, TrainerConfig(batch_size=8, bucket=bucket), torch.device("cpu"))
+        return [(y != 0).sum(1).numpy() for _, y in trainer.batches(0)]
+
+    bucketed, unbucketed = real_lengths(True), real_lengths(False)
+    assert sorted(np.concatenate(bucketed)) == sorted(np.concatenate(unbucketed))  # the same examples
+    spread = lambda batches: np.mean([b.max() - b.min() for b in batches])  # noqa: E731
+    assert spread(bucketed) < spread(unbucketed)
