@@ -4,6 +4,7 @@
     python bench/time_to_accuracy.py perceiver --seed 1 --max_epochs 100   # other flags go to run.py pretrain
     python bench/time_to_accuracy.py vanilla --snapshots 28,43,58   # also stop-early points
     python bench/time_to_accuracy.py vanilla --table                # the log as a markdown table
+    python bench/time_to_accuracy.py vanilla --refinetune NAME      # run NAME's params, finetuned again
 
 Runs the three run.py commands as a user would, in a scratch folder
 (bench/runs/<name>/), times each one, and appends one JSON line per run to
@@ -92,6 +93,9 @@ def finetune_and_evaluate(run: list[str], common: list[str], pre_params: Path, o
     for step, cmd in steps:
         seconds, text = timed(run + cmd, out / f"{tag}{step}.log")
         record[f"{step}_seconds"] = round(seconds, 1)
+        if step == "finetune":  # the rate, dropout, batch and epochs the preset chose
+            sidecar = json.loads(ft_params.with_suffix(".params.json").read_text())
+            record["finetune_config"] = {**sidecar["trainer"], "dropout": sidecar["dropout"]}
         if step == "evaluate":
             m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text)
             record["dev_accuracy"] = float(m.group(1)) / float(m.group(2))
@@ -118,19 +122,59 @@ def table() -> str:
     """Markdown table of every logged run (bench/results/time_to_accuracy.jsonl), oldest first."""
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     out = [
-        "| run | batch, lr, length | other pretraining flags | pretrain | total | dev accuracy |",
-        "|---|---|---|---|---|---|",
+        "| run | batch, lr, length | other pretraining flags | finetune lr, dropout | pretrain | total | dev accuracy |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         c = r["pretrain_config"]
         steps = f"{r['pretrain_steps']:,} steps" if "snapshot_of" in r else f"{c['max_epochs']} epochs"
         flags = " ".join(r["pretrain_flags"])
-        flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip() or "-"
+        flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip()
+        if r.get("pretrain_doc_offset") and "--doc_offset" not in flags:
+            flags = f"{flags} --doc_offset {r['pretrain_doc_offset']} (preset)".strip()
+        flags = flags or "-"
+        # runs before finetune_config was logged all finetuned with the handout's 6e-4 and dropout 0.1
+        ft = r.get("finetune_config", {"learning_rate": 6e-4, "dropout": 0.1})
         out.append(
             f"| {r['name']} | {c['batch_size']}, {c['learning_rate']:g}, {steps} | {flags} "
+            f"| {ft['learning_rate']:g}, {ft['dropout']:g} "
             f"| {r['pretrain_seconds'] / 60:.1f} min | {r['total_seconds'] / 60:.1f} min | {r['dev_accuracy']:.1%} |"
         )
     return "\n".join(out)
+
+
+def common_flags(variant: str, preset: str, seed: int, name: str) -> list[str]:
+    """The run.py arguments shared by the pretrain, finetune and evaluate commands of a run."""
+    common = [variant, "wiki.txt", "--preset", preset, "--seed", str(seed), "--tb_expt_name", name]
+    return common + (["--bottleneck_dim", "64"] if variant == "perceiver" else [])
+
+
+def refinetune(name: str) -> None:
+    """Finetune and evaluate a logged run's pretrained params again, with the preset's current finetuning.
+
+    Each line of run `name` (the final model and its snapshots) is logged again
+    as "<line name>, refinetuned", keeping its pretraining time: what the run
+    would have scored had the current finetuning settings existed then.
+    """
+    rows = {}
+    for line in RESULTS.read_text().splitlines():
+        r = json.loads(line) if line.strip() else {}
+        if r.get("name") == name or r.get("snapshot_of") == name:
+            rows[r["name"]] = r  # the latest line of each name
+    if not rows:
+        sys.exit(f"error: no run named {name} in {RESULTS}")
+    out = ROOT / "bench" / "runs" / name
+    run = [sys.executable, "src/run.py"]
+    for old in rows.values():
+        tag = f"snap{old['name'].split('@')[1]}." if "@" in old["name"] else ""
+        pre_params = out / f"{tag}pretrain.params"
+        if not pre_params.is_file():
+            sys.exit(f"error: {pre_params} is gone; cannot refinetune {old['name']}")
+        kept = {k: v for k, v in old.items() if k not in ("finetune_config", "note") and not k.startswith(
+            ("finetune_", "evaluate_", "dev_", "total_"))}  # fmt: skip
+        record = {**kept, "name": f"{old['name']}, refinetuned", "refinetuned_at": time.strftime("%Y-%m-%d %H:%M")}
+        common = common_flags(old["variant"], old["preset"], old["seed"], name)
+        append({**record, **finetune_and_evaluate(run, common, pre_params, out, f"re{tag or 'final.'}")})
 
 
 def main() -> None:
@@ -141,17 +185,19 @@ def main() -> None:
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
     p.add_argument("--snapshots", default="", help="comma-separated minutes (58) or epochs (200ep) to also evaluate at")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
+    p.add_argument("--refinetune", metavar="NAME", help="only finetune + evaluate run NAME's params again (see above)")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
     if args.table:
         print(table())
+        return
+    if args.refinetune:
+        refinetune(args.refinetune)
         return
     name = args.name or f"{args.variant}_{args.preset}_seed{args.seed}"
     out = ROOT / "bench" / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
     run = [sys.executable, "src/run.py"]
-    common = [args.variant, "wiki.txt", "--preset", args.preset, "--seed", str(args.seed), "--tb_expt_name", name]
-    if args.variant == "perceiver":
-        common += ["--bottleneck_dim", "64"]
+    common = common_flags(args.variant, args.preset, args.seed, name)
     pre_params = out / "pretrain.params"
     snapshots = {m: out / f"snap{label(m)}.ckpt" for m in args.snapshots.split(",") if m}
     record: dict = {
@@ -171,6 +217,7 @@ def main() -> None:
     record["pretrain_steps"] = sidecar["steps"]
     record["pretrain_final_loss"] = sidecar["final_loss"]
     record["pretrain_config"] = sidecar["trainer"]
+    record["pretrain_doc_offset"] = sidecar["doc_offset"]  # may come from the preset, not the flags
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
 
     for when, ckpt_copy in snapshots.items():

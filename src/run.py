@@ -168,32 +168,43 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
     return model
 
 
-# Each preset fills the flags the user left unset. "handout" is the course's
-# recipe (the default: comparable with published numbers); "cpu" is this
-# repository's recipe for a 2-core CPU (experimental; about 80 minutes of
-# pretraining, measured in README, "A CPU recipe"): a lower rate, no dropout
-# while memorising the corpus, and a cosine that ends exactly when training does.
+# Each preset fills the flags the user left unset, per phase: pretraining,
+# finetuning from scratch, and finetuning a pretrained model (the handout's
+# "fewer epochs after pretraining"). "handout" is the course's recipe (the
+# default: comparable with published numbers); "cpu" is this repository's
+# recipe for a 2-core CPU (about 80 minutes of pretraining, measured in README,
+# "A CPU recipe"): a lower rate, no dropout while memorising the corpus,
+# documents at varied start positions, a cosine that ends exactly when training
+# does, and a gentle finetune (5e-5, no dropout) that keeps what was memorised.
 PRESETS = {
     "handout": {
-        "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "schedule": "handout"},
-        "finetune": {"batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+        "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "doc_offset": 0,
+                     "schedule": "handout"},
+        "finetune": {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+        "finetune_pretrained": {"max_epochs": 10, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1,
+                                "schedule": "handout"},
     },
     "cpu": {
-        "pretrain": {"max_epochs": 480, "batch_size": 128, "pretrain_lr": 2e-3, "dropout": 0.0, "schedule": "run"},
-        "finetune": {"batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+        "pretrain": {"max_epochs": 480, "batch_size": 128, "pretrain_lr": 2e-3, "dropout": 0.0, "doc_offset": 14,
+                     "schedule": "run"},
+        "finetune": {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+        "finetune_pretrained": {"max_epochs": 10, "batch_size": 256, "finetune_lr": 5e-5, "dropout": 0.0,
+                                "schedule": "handout"},
     },
-}
+}  # fmt: skip
 
 
 def apply_preset(args: argparse.Namespace) -> None:
-    """Fill every unset (None) flag from the preset; explicit flags win."""
-    preset = dict(PRESETS[args.preset]["pretrain" if args.function == "pretrain" else "finetune"])
+    """Fill every unset (None) flag from the preset's phase; explicit flags win."""
+    if args.function == "pretrain":
+        phase = "pretrain"
+    else:  # evaluate reads a finetuned model: its phase only names the flags, which it ignores
+        phase = "finetune_pretrained" if args.reading_params_path else "finetune"
+    preset = dict(PRESETS[args.preset][phase])
     args.schedule = preset.pop("schedule")
-    for key, value in {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, **preset}.items():
+    for key, value in {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, **preset}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.max_epochs is None:  # finetuning, as in the handout: fewer epochs after pretraining
-        args.max_epochs = 10 if args.reading_params_path else 75
 
 
 def trainer_config(args: argparse.Namespace, pretrain_len: int, train_len: int | None = None) -> TrainerConfig:
@@ -310,7 +321,13 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
             model,
             pretrain_dataset.vocab,
             args.writing_params_path,
-            {"trainer": asdict(cfg), "steps": trainer.step, "final_loss": losses[-1] if losses else None},
+            {
+                "trainer": asdict(cfg),
+                "dropout": args.dropout,
+                "doc_offset": args.doc_offset,
+                "steps": trainer.step,
+                "final_loss": losses[-1] if losses else None,
+            },
         )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
 
@@ -467,9 +484,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--doc_offset",
         type=int,
-        default=0,
-        help="pretrain only (experimental): start each example at a random position 0..N (N <= 14), "
-        "after the end of another document (0: always at position 0, the handout)",
+        default=None,
+        help="pretrain only: start each example at a random position 0..N (N <= 14), after the end of "
+        "another document (handout: 0, always at position 0; --preset cpu: 14)",
     )
     p.add_argument(
         "--mix_corpus",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -271,7 +272,7 @@ def resolved(*argv: str):
 
 def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
     pre = resolved("pretrain", "vanilla", "wiki.txt")
-    assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout) == (650, 128, 6e-3, 0.1)
+    assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout, pre.doc_offset) == (650, 128, 6e-3, 0.1, 0)
     cfg = run.trainer_config(pre, 2937)
     assert cfg.final_tokens == 200 * 2937 * 128 and not cfg.cosine_cap
     fin = resolved("finetune", "vanilla", "wiki.txt", "--reading_params_path", "x")
@@ -283,6 +284,27 @@ def test_cpu_preset_ends_its_cosine_with_the_run():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
     cfg = run.trainer_config(args, 2937)
     assert cfg.cosine_cap and cfg.final_tokens == args.max_epochs * 2937 * 127
+
+
+def test_cpu_preset_pretrains_on_documents_at_varied_start_positions():
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").doc_offset == 14
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--doc_offset", "0").doc_offset == 0
+
+
+def test_cpu_preset_finetunes_a_pretrained_model_gently_without_dropout():
+    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--reading_params_path", "x")
+    assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (10, 256, 5e-5, 0.0)
+
+
+def test_cpu_preset_finetunes_from_scratch_like_the_handout():
+    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu")
+    assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (75, 256, 6e-4, 0.1)
+
+
+def test_params_sidecar_records_dropout_and_doc_offset(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--dropout", "0.05", "--doc_offset", "3") == 0
+    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
+    assert (sidecar["dropout"], sidecar["doc_offset"]) == (0.05, 3)
 
 
 def test_explicit_flags_win_over_the_preset():

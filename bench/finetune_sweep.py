@@ -1,0 +1,87 @@
+"""Finetuning settings compared on one pretrained model: dev accuracy of each.
+
+    python bench/finetune_sweep.py vanilla bench/runs/offset14_480ep_seed0/pretrain.params \\
+        6e-4,0.1,10,256 6e-4,0.0,10,256 3e-4,0.0,20,64 [--seeds 0,1]
+
+Each setting is "lr,dropout,epochs,batch". For each setting and seed, the
+pretrained params are finetuned on birth_places_train.tsv with run.py (fast
+path) and evaluated on birth_dev.tsv; the accuracy and seconds are printed and
+appended to bench/results/finetune_sweep.jsonl. Finetuning takes about a minute
+per setting on the 2-core CPU. Choosing settings by dev accuracy tunes on dev:
+report the choice with that caveat, and confirm it on a second pretrained model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from time_to_accuracy import timed  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "finetune_sweep.jsonl"
+
+
+def parse_setting(text: str) -> dict:
+    """ "6e-4,0.1,10,256" -> {"lr": 6e-4, "dropout": 0.1, "epochs": 10, "batch": 256}."""
+    lr, dropout, epochs, batch = text.split(",")
+    return {"lr": float(lr), "dropout": float(dropout), "epochs": int(epochs), "batch": int(batch)}
+
+
+def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, work: Path) -> dict:
+    """Finetune `params` with `setting`, evaluate on dev; returns seconds and accuracy."""
+    run = [sys.executable, "src/run.py"]
+    common = [variant, "wiki.txt", "--seed", str(seed), "--tb_expt_name", "finetune_sweep"]
+    if variant == "perceiver":
+        common += ["--bottleneck_dim", "64"]
+    ft = work / "finetune.params"
+    finetune = ["finetune", *common, "--reading_params_path", str(params), "--writing_params_path", str(ft),
+                "--finetune_corpus_path", "birth_places_train.tsv", "--finetune_lr", str(setting["lr"]),
+                "--dropout", str(setting["dropout"]), "--max_epochs", str(setting["epochs"]),
+                "--batch_size", str(setting["batch"])]  # fmt: skip
+    evaluate = ["evaluate", *common, "--reading_params_path", str(ft), "--eval_corpus_path", "birth_dev.tsv",
+                "--outputs_path", str(work / "dev.predictions")]  # fmt: skip
+    ft_seconds, _ = timed(run + finetune, work / "finetune.log")
+    _, text = timed(run + evaluate, work / "evaluate.log")
+    correct, total = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text).groups()
+    return {"finetune_seconds": round(ft_seconds, 1), "dev_accuracy": float(correct) / float(total)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("variant", choices=["vanilla", "perceiver"], help="model variant of the params")
+    p.add_argument("params", type=Path, help="pretrained params (run.py pretrain --writing_params_path)")
+    p.add_argument("settings", nargs="+", help='finetuning settings, each "lr,dropout,epochs,batch"')
+    p.add_argument("--seeds", default="0", help="comma-separated finetuning seeds")
+    args = p.parse_args()
+    settings = [parse_setting(s) for s in args.settings]
+    for setting in settings:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            with tempfile.TemporaryDirectory() as work:
+                record = {
+                    "params": str(args.params),
+                    "variant": args.variant,
+                    **setting,
+                    "seed": seed,
+                    "started": time.strftime("%Y-%m-%d %H:%M"),
+                    **finetune_and_score(args.variant, args.params.resolve(), setting, seed, Path(work)),
+                }
+            with open(RESULTS, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(
+                f"lr {setting['lr']:g}, dropout {setting['dropout']:g}, {setting['epochs']} epochs, "
+                f"batch {setting['batch']}, seed {seed}: dev {record['dev_accuracy']:.1%} "
+                f"(finetune {record['finetune_seconds']:.0f} s)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
