@@ -34,10 +34,10 @@ preset, device, *epochs = sys.argv[1:]
 pre = int(epochs[0] or PRESETS[preset]["pretrain"]["max_epochs"])
 ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
 # Seconds per pretraining epoch (vanilla, perceiver), per finetuning epoch and per evaluation, on
-# the 2-core reference CPU: handout from bench/results/speed.json; cpu vanilla from the 480-epoch
-# runs in time_to_accuracy.jsonl (8.4 s since batch widths are rounded to a multiple of 8; 10 s
-# before), cpu perceiver estimated from a short probe (not yet a full run).
-per_epoch = {"handout": (13, 13), "cpu": (8.4, 12)}[preset]
+# the 2-core reference CPU: handout from bench/results/speed.json; cpu from the runs in
+# bench/results/time_to_accuracy.jsonl (vanilla 480 epochs with --doc_offset 14: 9.0-10.0 s;
+# perceiver: the first epochs of a 360-epoch run).
+per_epoch = {"handout": (13, 13), "cpu": (9.6, 7.7)}[preset]
 s = pre * sum(per_epoch) + (2 * ft + nopre) * 5.2 + 5 * 30
 print(f"about {s / 60:.0f} minutes on a 2-core CPU" if device == "cpu" else "well under the CPU time on a GPU")
 PY

@@ -132,6 +132,8 @@ def table() -> str:
         flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip()
         if r.get("pretrain_doc_offset") and "--doc_offset" not in flags:
             flags = f"{flags} --doc_offset {r['pretrain_doc_offset']} (preset)".strip()
+        if r["preset"] != "cpu":
+            flags = f"{flags} (--preset {r['preset']})".strip()
         flags = flags or "-"
         # runs before finetune_config was logged all finetuned with the handout's 6e-4 and dropout 0.1
         ft = r.get("finetune_config", {"learning_rate": 6e-4, "dropout": 0.1})
