@@ -1,8 +1,9 @@
 """Short probes of pretraining settings: equal wall-clock, then the loss on fixed batches.
 
     python bench/probe_recipe.py 210 32,2e-3 128,2e-3 64,3e-3   # seconds per probe, then batch,lr pairs
+    python bench/probe_recipe.py 240 128,2e-3 128,6e-3 --perceiver --doc_offset 14
 
-Each probe trains a fresh vanilla model (dropout 0, bf16, fast path) for the
+Each probe trains a fresh vanilla model (--perceiver: the perceiver with m=64) (dropout 0, bf16, fast path) for the
 given number of seconds at a constant learning rate (a long run's peak), then
 reports the loss on 10 fixed batches of 128 corrupted wiki.txt examples (fresh
 corruptions of the training documents: storing the corpus is the point, so a
@@ -14,6 +15,7 @@ are printed and appended to bench/results/probes.jsonl.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -33,10 +35,15 @@ from utils import autocast  # noqa: E402
 CPU = torch.device("cpu")
 
 
-def probe(ds: CharCorruptionDataset, held_out: list, batch: int, lr: float, seconds: float) -> tuple[int, float]:
+def probe(
+    ds: CharCorruptionDataset, held_out: list, batch: int, lr: float, seconds: float, perceiver: bool = False
+) -> tuple[int, float]:
     """Train for `seconds`; returns (steps, mean loss on held_out)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=ds.vocab_size, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
+    config = GPTConfig(vocab_size=ds.vocab_size, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0)
+    if perceiver:
+        config = dataclasses.replace(config, perceiver=True, bottleneck_dim=64)
+    model = GPT(config)
     model.set_impl("fast")
     trainer = Trainer(model, ds, TrainerConfig(batch_size=batch, learning_rate=lr), CPU)  # for its batches and AdamW
     model.train()
@@ -59,18 +66,30 @@ def probe(ds: CharCorruptionDataset, held_out: list, batch: int, lr: float, seco
 
 
 def main() -> None:
-    if len(sys.argv) < 3:
+    argv = sys.argv[1:]
+    perceiver = "--perceiver" in argv
+    argv = [a for a in argv if a != "--perceiver"]
+    offset = 0
+    if "--doc_offset" in argv:
+        at = argv.index("--doc_offset")
+        offset = int(argv[at + 1])
+        del argv[at : at + 2]
+    if len(argv) < 2:
         sys.exit(__doc__)
-    seconds = float(sys.argv[1])
-    ds = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), 128)
-    scratch = Trainer(GPT(GPTConfig(vocab_size=ds.vocab_size)), ds, TrainerConfig(batch_size=128, seed=999), CPU)
+    seconds = float(argv[0])
+    wiki = read_text(ROOT / "data" / "wiki.txt")
+    # The held-out batches are the handout's corruption (no offset) whatever the probes train on.
+    plain = CharCorruptionDataset(wiki, 128)
+    scratch = Trainer(GPT(GPTConfig(vocab_size=plain.vocab_size)), plain, TrainerConfig(batch_size=128, seed=999), CPU)
     held_out = list(scratch.batches(0))[:10]
-    for spec in sys.argv[2:]:
+    ds = CharCorruptionDataset(wiki, 128, max_offset=offset)
+    for spec in argv[1:]:
         batch, lr = int(spec.split(",")[0]), float(spec.split(",")[1])
-        steps, loss = probe(ds, held_out, batch, lr, seconds)
+        steps, loss = probe(ds, held_out, batch, lr, seconds, perceiver)
         epochs = steps * batch / len(ds)
         print(f"batch {batch}, lr {lr:g}: {steps} steps ({epochs:.1f} epochs) in {seconds:g} s -> loss {loss:.3f}")
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "batch_size": batch, "lr": lr}
+        record |= {"variant": "perceiver" if perceiver else "vanilla", "doc_offset": offset}
         with open(ROOT / "bench" / "results" / "probes.jsonl", "a") as f:
             f.write(json.dumps({**record, "steps": steps, "epochs": round(epochs, 1), "loss": round(loss, 3)}) + "\n")
 

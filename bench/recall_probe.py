@@ -15,7 +15,9 @@ recalled through the question". --shift puts a text before every document:
 the facts are the same, only their positions and the context before them
 change, so a drop measures how much the stored facts are tied to the absolute
 positions at which pretraining saw them (in a question the name starts at
-position 10). Results are printed and appended to
+position 10). Recall is also split by where the place ends, within the first
+64 characters or beyond: a perceiver with m = 64 sees only the first 64
+inputs, whatever it predicts. Results are printed and appended to
 bench/results/recall_probe.jsonl.
 """
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from confidence import person_name  # noqa: E402
 from dataset import CharCorruptionDataset, read_questions, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from run import sidecar_path  # noqa: E402
 from utils import torch_load_safe  # noqa: E402
 
 BLOCK = 128
@@ -58,15 +61,15 @@ def probes(wiki: str, dev_path: Path) -> list[tuple[str, str]]:
 
 
 @torch.no_grad()
-def recall(model: GPT, ds: CharCorruptionDataset, items: list[tuple[str, str]]) -> float:
-    """Fraction of items whose place the model produces, character for character, after the prefix."""
-    correct = 0
+def recall(model: GPT, ds: CharCorruptionDataset, items: list[tuple[str, str]]) -> list[bool]:
+    """For each item: does the model produce its place, character for character, after the prefix?"""
+    hits = []
     for prefix, place in items:
         ids = torch.tensor([ds.vocab.encode(prefix + place)])
         logits, _ = model(ids[:, :-1])
         guess = logits[0, len(prefix) - 1 :].argmax(-1)
-        correct += bool((guess == ids[0, len(prefix) :]).all())
-    return correct / len(items)
+        hits.append(bool((guess == ids[0, len(prefix) :]).all()))
+    return hits
 
 
 def main() -> None:
@@ -82,16 +85,25 @@ def main() -> None:
     ds = CharCorruptionDataset(wiki, BLOCK)
     items = [(shift + prefix, place) for prefix, place in probes(wiki, ROOT / "data" / "birth_dev.tsv")]
     items = [(prefix, place) for prefix, place in items if len(prefix) + len(place) <= BLOCK - 1]
-    config = GPTConfig(vocab_size=ds.vocab_size, perceiver=argv[0] == "perceiver")
     for path in argv[1:]:
-        model = GPT(config)
+        # The bottleneck size is not in the state_dict's name; the params' sidecar records it.
+        side = sidecar_path(path)
+        m = json.loads(side.read_text()).get("bottleneck_dim", 32) if side.exists() else 32
+        model = GPT(GPTConfig(vocab_size=ds.vocab_size, perceiver=argv[0] == "perceiver", bottleneck_dim=m))
         model.load_state_dict(torch_load_safe(path))
         model.set_impl("fast")
         model.eval()
-        r = recall(model, ds, items)
+        hits = recall(model, ds, items)
+        r = sum(hits) / len(hits)
+        # Split at 64 characters: the perceiver's bottleneck (m = 64) sees only the first 64 inputs.
+        near = [h for h, (prefix, place) in zip(hits, items, strict=True) if len(prefix) + len(place) <= 64]
+        far = [h for h, (prefix, place) in zip(hits, items, strict=True) if len(prefix) + len(place) > 64]
         print(f"{path}: recall from the document {100 * r:.1f}% of {len(items)} dev people (shift {shift!r})")
+        print(f"  place ending within 64 characters: {100 * sum(near) / max(1, len(near)):.1f}% of {len(near)}")
+        print(f"  beyond: {100 * sum(far) / max(1, len(far)):.1f}% of {len(far)}")
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "params": path, "shift": shift}
         record |= {"items": len(items), "recall": round(r, 4)}
+        record |= {"items_within_64": len(near), "recall_within_64": round(sum(near) / max(1, len(near)), 4)}
         with open(ROOT / "bench" / "results" / "recall_probe.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
