@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT / "src"))
 from confidence import person_name  # noqa: E402
 from dataset import CharCorruptionDataset, read_questions, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from run import sidecar_path  # noqa: E402
 from utils import torch_load_safe  # noqa: E402
 
 BLOCK = 128
@@ -86,11 +85,10 @@ def main() -> None:
     items = [(shift + prefix, place) for prefix, place in probes(wiki, ROOT / "data" / "birth_dev.tsv")]
     items = [(prefix, place) for prefix, place in items if len(prefix) + len(place) <= BLOCK - 1]
     for path in argv[1:]:
-        # The bottleneck size is not in the state_dict's name; the params' sidecar records it.
-        side = sidecar_path(path)
-        m = json.loads(side.read_text()).get("bottleneck_dim", 32) if side.exists() else 32
+        state = torch_load_safe(path)
+        m = state["down_block.C"].size(1) if "down_block.C" in state else 32  # the bottleneck size
         model = GPT(GPTConfig(vocab_size=ds.vocab_size, perceiver=argv[0] == "perceiver", bottleneck_dim=m))
-        model.load_state_dict(torch_load_safe(path))
+        model.load_state_dict(state)
         model.set_impl("fast")
         model.eval()
         hits = recall(model, ds, items)
