@@ -207,18 +207,21 @@ def apply_preset(args: argparse.Namespace) -> None:
             setattr(args, key, value)
 
 
-def trainer_config(args: argparse.Namespace, pretrain_len: int, train_len: int | None = None) -> TrainerConfig:
+def trainer_config(
+    args: argparse.Namespace, pretrain_len: int, train_len: int | None = None, example_length: int = BLOCK_SIZE - 1
+) -> TrainerConfig:
     """TrainerConfig from the resolved flags (see apply_preset).
 
     pretrain_len: documents in the pretraining corpus; train_len: examples per
-    epoch of the data trained on now (default pretrain_len).
+    epoch of the data trained on now (default pretrain_len); example_length:
+    positions per example of that data, as the trainer counts tokens.
     """
     if args.function == "pretrain":
         lr = args.pretrain_lr
     else:
         lr = args.finetune_lr
     if args.schedule == "run":  # the cosine spans exactly this run's epochs
-        final_tokens = args.max_epochs * (train_len or pretrain_len) * (BLOCK_SIZE - 1)
+        final_tokens = args.max_epochs * (train_len or pretrain_len) * example_length
         cap = True
     else:  # the handout's: final_tokens fixed by the pretraining corpus, cosine uncapped unless asked
         final_tokens = 200 * pretrain_len * BLOCK_SIZE
@@ -247,7 +250,7 @@ def trainer_config(args: argparse.Namespace, pretrain_len: int, train_len: int |
 RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
-    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset",
+    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "max_example_len",
 )  # fmt: skip
 
 
@@ -283,7 +286,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
         dataset = NameDataset(pretrain_dataset, path)
         if args.mix_corpus:
             dataset = MixedDataset(pretrain_dataset, dataset)
-    cfg = trainer_config(args, len(pretrain_dataset), len(dataset))
+    cfg = trainer_config(args, len(pretrain_dataset), len(dataset), dataset.example_length)
     ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
     if args.reading_params_path is not None:
@@ -325,6 +328,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
                 "trainer": asdict(cfg),
                 "dropout": args.dropout,
                 "doc_offset": args.doc_offset,
+                "max_example_len": args.max_example_len,
                 "steps": trainer.step,
                 "final_loss": losses[-1] if losses else None,
             },
@@ -489,6 +493,14 @@ def make_parser() -> argparse.ArgumentParser:
         "another document (handout: 0, always at position 0; --preset cpu: 14)",
     )
     p.add_argument(
+        "--max_example_len",
+        type=int,
+        default=None,
+        help="pretrain only (experimental): corruption examples of at most N characters instead of 128 "
+        "(documents cut to 4..7N/8 characters; --doc_offset then at most N/8 - 2), so every target lies "
+        "within the first N positions, e.g. a perceiver's bottleneck; the model keeps its 128 positions",
+    )
+    p.add_argument(
         "--mix_corpus",
         action="store_true",
         help="finetune only (experimental): also train on span-corruption examples of the corpus in every epoch",
@@ -555,6 +567,10 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--mix_questions is for pretrain only")
     if args.doc_offset and args.function != "pretrain":
         raise UserError("--doc_offset is for pretrain only")
+    if args.max_example_len is not None and args.function != "pretrain":
+        raise UserError("--max_example_len is for pretrain only")
+    if args.max_example_len is not None and not 16 <= args.max_example_len <= BLOCK_SIZE:
+        raise UserError(f"--max_example_len must be between 16 and {BLOCK_SIZE}, got {args.max_example_len}")
     if args.mix_corpus and args.function != "finetune":
         raise UserError("--mix_corpus is for finetune only")
     apply_preset(args)
@@ -564,7 +580,10 @@ def run(args: argparse.Namespace) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - under torchrun only rank 0 reports progress
     corpus_path = find_data_file(args.pretrain_corpus_path, "pretraining corpus")
     pretrain_dataset = CharCorruptionDataset(
-        read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path), max_offset=args.doc_offset
+        read_text(corpus_path),
+        args.max_example_len or BLOCK_SIZE,  # the model keeps BLOCK_SIZE positions either way
+        source=str(corpus_path),
+        max_offset=args.doc_offset,
     )
     model = build_model(args, pretrain_dataset.vocab_size)
     if args.function == "ask":

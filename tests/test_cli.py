@@ -155,6 +155,27 @@ def test_document_offsets_outside_pretraining_are_a_one_line_error(tiny_corpus, 
     one_line_error(capsys, "--doc_offset is for pretrain only")
 
 
+def test_short_pretraining_examples_are_recorded_in_the_params_sidecar(tiny_corpus):
+    assert pretrain("perceiver", tiny_corpus, "pt.params", 2, "--max_example_len", "32") == 0
+    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
+    assert sidecar["max_example_len"] == 32
+
+
+def test_run_schedule_of_short_examples_ends_after_their_tokens():
+    args = resolved("pretrain", "perceiver", "wiki.txt", "--preset", "cpu", "--max_example_len", "64")
+    assert run.trainer_config(args, 100, 100, 63).final_tokens == args.max_epochs * 100 * 63
+
+
+def test_short_pretraining_examples_outside_pretraining_are_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--max_example_len", "64") == 2
+    one_line_error(capsys, "--max_example_len is for pretrain only")
+
+
+def test_too_short_pretraining_examples_are_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--max_example_len", "8") == 2
+    one_line_error(capsys, "--max_example_len must be between 16 and 128, got 8")
+
+
 def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Niels Bohr born? Copenhagen\n", encoding="utf-8")
