@@ -132,6 +132,8 @@ def table() -> str:
         flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip()
         if r.get("pretrain_doc_offset") and "--doc_offset" not in flags:
             flags = f"{flags} --doc_offset {r['pretrain_doc_offset']} (preset)".strip()
+        if r.get("bottleneck_dim", 64) != 64:
+            flags = f"--bottleneck_dim {r['bottleneck_dim']} {flags}".strip()
         if r["preset"] != "cpu":
             flags = f"{flags} (--preset {r['preset']})".strip()
         flags = flags or "-"
@@ -145,10 +147,10 @@ def table() -> str:
     return "\n".join(out)
 
 
-def common_flags(variant: str, preset: str, seed: int, name: str) -> list[str]:
+def common_flags(variant: str, preset: str, seed: int, name: str, bottleneck_dim: int = 64) -> list[str]:
     """The run.py arguments shared by the pretrain, finetune and evaluate commands of a run."""
     common = [variant, "wiki.txt", "--preset", preset, "--seed", str(seed), "--tb_expt_name", name]
-    return common + (["--bottleneck_dim", "64"] if variant == "perceiver" else [])
+    return common + (["--bottleneck_dim", str(bottleneck_dim)] if variant == "perceiver" else [])
 
 
 def refinetune(name: str) -> None:
@@ -175,7 +177,7 @@ def refinetune(name: str) -> None:
         kept = {k: v for k, v in old.items() if k not in ("finetune_config", "note") and not k.startswith(
             ("finetune_", "evaluate_", "dev_", "total_"))}  # fmt: skip
         record = {**kept, "name": f"{old['name']}, refinetuned", "refinetuned_at": time.strftime("%Y-%m-%d %H:%M")}
-        common = common_flags(old["variant"], old["preset"], old["seed"], name)
+        common = common_flags(old["variant"], old["preset"], old["seed"], name, old.get("bottleneck_dim", 64))
         append({**record, **finetune_and_evaluate(run, common, pre_params, out, f"re{tag or 'final.'}")})
 
 
@@ -186,6 +188,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="run.py --seed")
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
     p.add_argument("--snapshots", default="", help="comma-separated minutes (58) or epochs (200ep) to also evaluate at")
+    p.add_argument("--bottleneck_dim", type=int, default=64, help="perceiver bottleneck length m (the handout's 64)")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     p.add_argument("--refinetune", metavar="NAME", help="only finetune + evaluate run NAME's params again (see above)")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
@@ -199,7 +202,7 @@ def main() -> None:
     out = ROOT / "bench" / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
     run = [sys.executable, "src/run.py"]
-    common = common_flags(args.variant, args.preset, args.seed, name)
+    common = common_flags(args.variant, args.preset, args.seed, name, args.bottleneck_dim)
     pre_params = out / "pretrain.params"
     snapshots = {m: out / f"snap{label(m)}.ckpt" for m in args.snapshots.split(",") if m}
     record: dict = {
@@ -208,6 +211,7 @@ def main() -> None:
         "preset": args.preset,
         "seed": args.seed,
         "pretrain_flags": args.pretrain_flags,
+        **({"bottleneck_dim": args.bottleneck_dim} if args.variant == "perceiver" else {}),
         "machine": f"{platform.machine()}, {platform.node()}",
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }
