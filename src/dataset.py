@@ -109,15 +109,23 @@ class CharCorruptionDataset(Dataset):
     The corpus also defines the vocabulary (`stoi`, `itos`, `vocab_size`).
     """
 
-    def __init__(self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0):
-        if not 0 <= max_offset <= block_size - max_truncated_len(block_size) - 2:
-            raise UserError(
-                f"the document offset must be between 0 and {block_size - max_truncated_len(block_size) - 2}"
-            )
+    def __init__(
+        self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0, context: str = ""
+    ) -> None:
+        room = block_size - max_truncated_len(block_size) - 2  # characters free before the longest example
+        if not 0 <= max_offset <= room:
+            raise UserError(f"the document offset must be between 0 and {room}")
+        if len(context) > room:
+            raise UserError(f"the document context must be at most {room} characters, got {len(context)}")
         # Experimental (0 = the handout): each example starts at a random position 0..max_offset,
         # after the end of another random document, instead of always at position 0.
         self.max_offset = max_offset
+        # Experimental ("" = the handout): half of the examples start with this text instead,
+        # e.g. the words that come before the name in a question.
+        self.context = context
         self.vocab = Vocabulary.from_text(data)
+        self.context_ids = np.zeros(block_size, dtype=np.int64)
+        self.context_ids[: len(context)] = self.vocab.encode(context, where="the document context")
         self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
         self.vocab_size = len(self.vocab)
         self.block_size = block_size
@@ -144,7 +152,9 @@ class CharCorruptionDataset(Dataset):
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         document = self.data[idx]
         s = corrupt(document, self.draw(document, random), self.block_size)
-        if self.max_offset:
+        if self.context and random.random() < 0.5:
+            s = self.context + s[: self.block_size - len(self.context)]
+        elif self.max_offset:
             offset, other = random.randint(0, self.max_offset), random.choice(self.data)
             s = other[len(other) - offset :] + s[: self.block_size - offset]
         ids = torch.tensor([self.stoi[c] for c in s], dtype=torch.long)
@@ -169,13 +179,19 @@ class CharCorruptionDataset(Dataset):
         ids = self.doc_ids[doc_index[:, None], src]
         ids = np.where((p == a) | (p == L - m + 1), 1, ids)  # the two MASKs
         ids = np.where(p >= L + 2, 0, ids)  # PAD
-        if not self.max_offset:
+        if not self.max_offset and not self.context:
             return ids, (L + 2)[:, 0]
+        # What stands before the document: the last `offset` characters of another one ...
         offset = rng.integers(0, self.max_offset + 1, n)[:, None]
         other = rng.integers(0, len(self.data), n)[:, None]
         tail = np.clip(self.doc_lengths[other] - offset + p, 0, self.doc_ids.shape[1] - 1)
+        before = self.doc_ids[other, tail]
+        if self.context:  # ... or, for half of the examples, the context
+            with_context = rng.random(n)[:, None] < 0.5
+            offset = np.where(with_context, len(self.context), offset)
+            before = np.where(with_context, self.context_ids[None, :], before)
         body = np.take_along_axis(ids, np.clip(p - offset, 0, self.block_size - 1), axis=1)
-        ids = np.where(p < offset, self.doc_ids[other, tail], body)
+        ids = np.where(p < offset, before, body)
         return ids, (L + 2 + offset)[:, 0]
 
     def epoch_batches(

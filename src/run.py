@@ -250,7 +250,8 @@ def trainer_config(
 RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
-    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "max_example_len",
+    "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
+    "max_example_len",
 )  # fmt: skip
 
 
@@ -328,6 +329,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
                 "trainer": asdict(cfg),
                 "dropout": args.dropout,
                 "doc_offset": args.doc_offset,
+                "doc_context": args.doc_context,
                 "max_example_len": args.max_example_len,
                 "steps": trainer.step,
                 "final_loss": losses[-1] if losses else None,
@@ -493,6 +495,12 @@ def make_parser() -> argparse.ArgumentParser:
         "another document (handout: 0, always at position 0; --preset cpu: 14)",
     )
     p.add_argument(
+        "--doc_context",
+        default="",
+        help="pretrain only (experimental): half of the examples start with this text (at most 14 characters) "
+        "instead, e.g. 'Where was ', the words before the name in a question (default: none, as the handout)",
+    )
+    p.add_argument(
         "--max_example_len",
         type=int,
         default=None,
@@ -567,6 +575,8 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--mix_questions is for pretrain only")
     if args.doc_offset and args.function != "pretrain":
         raise UserError("--doc_offset is for pretrain only")
+    if args.doc_context and args.function != "pretrain":
+        raise UserError("--doc_context is for pretrain only")
     if args.max_example_len is not None and args.function != "pretrain":
         raise UserError("--max_example_len is for pretrain only")
     if args.max_example_len is not None and not 16 <= args.max_example_len <= BLOCK_SIZE:
@@ -584,6 +594,7 @@ def run(args: argparse.Namespace) -> None:
         args.max_example_len or BLOCK_SIZE,  # the model keeps BLOCK_SIZE positions either way
         source=str(corpus_path),
         max_offset=args.doc_offset,
+        context=args.doc_context,
     )
     model = build_model(args, pretrain_dataset.vocab_size)
     if args.function == "ask":

@@ -155,6 +155,17 @@ def test_document_offsets_outside_pretraining_are_a_one_line_error(tiny_corpus, 
     one_line_error(capsys, "--doc_offset is for pretrain only")
 
 
+def test_pretraining_with_a_document_context_is_recorded_in_the_params_sidecar(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--doc_context", "Who ") == 0
+    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
+    assert sidecar["doc_context"] == "Who "
+
+
+def test_a_document_context_outside_pretraining_is_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--doc_context", "Who ") == 2
+    one_line_error(capsys, "--doc_context is for pretrain only")
+
+
 def test_short_pretraining_examples_are_recorded_in_the_params_sidecar(tiny_corpus):
     assert pretrain("perceiver", tiny_corpus, "pt.params", 2, "--max_example_len", "32") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))

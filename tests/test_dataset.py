@@ -161,6 +161,44 @@ def test_offset_examples_from_getitem_follow_the_same_rule():
         assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 14)
 
 
+def test_context_examples_are_the_context_then_a_corruption_or_an_offset_example():
+    ds = CharCorruptionDataset("\n".join(corpus_dataset().data), BLOCK, max_offset=14, context="Where was ")
+    ids, real_len = ds.corrupted_ids(np.arange(len(ds)), np.random.default_rng(0))
+    with_context = 0
+    for i in range(len(ds)):
+        text = ds.vocab.decode(ids[i, : real_len[i]].tolist())
+        assert (ids[i, real_len[i] :] == 0).all()
+        if text.startswith("Where was ") and uncorrupts_after_some_offset(text[10:], ds.data[i], ds.data, 0):
+            with_context += 1
+        else:
+            assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 14)
+    assert 0.25 * len(ds) < with_context < 0.75 * len(ds)  # about half
+
+
+def test_context_examples_from_getitem_follow_the_same_rule():
+    ds = CharCorruptionDataset("\n".join(corpus_dataset().data), BLOCK, context="Where was ")
+    random.seed(0)
+    with_context = 0
+    for i in range(len(ds)):
+        x, y = ds[i]
+        text = ds.vocab.decode(torch.cat([x, y[-1:]]).tolist()).rstrip(PAD_CHAR)
+        if text.startswith("Where was ") and uncorrupts_after_some_offset(text[10:], ds.data[i], ds.data, 0):
+            with_context += 1
+        else:
+            assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 0)
+    assert 0.25 * len(ds) < with_context < 0.75 * len(ds)
+
+
+def test_a_context_longer_than_the_free_room_is_refused():
+    with pytest.raises(UserError, match="at most 14 characters"):
+        CharCorruptionDataset("a document long enough\n", BLOCK, context="Where was the p")
+
+
+def test_a_context_with_characters_outside_the_corpus_is_refused():
+    with pytest.raises(UserError, match="document context: character 'W'"):
+        CharCorruptionDataset("a document long enough\n", BLOCK, context="Where")
+
+
 def test_offsets_that_do_not_fit_the_block_are_refused():
     with pytest.raises(UserError, match="between 0 and 14"):
         CharCorruptionDataset("a document long enough\n", BLOCK, max_offset=15)
