@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -128,7 +129,7 @@ def table() -> str:
     for r in rows:
         c = r["pretrain_config"]
         steps = f"{r['pretrain_steps']:,} steps" if "snapshot_of" in r else f"{c['max_epochs']} epochs"
-        flags = " ".join(r["pretrain_flags"])
+        flags = shlex.join(r["pretrain_flags"])  # quoted, so "--doc_context 'Where was '" shows its space
         flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip()
         if r.get("pretrain_doc_offset") and "--doc_offset" not in flags:
             flags = f"{flags} --doc_offset {r['pretrain_doc_offset']} (preset)".strip()
