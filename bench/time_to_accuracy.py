@@ -133,6 +133,8 @@ def table() -> str:
         flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip()
         if r.get("pretrain_doc_offset") and "--doc_offset" not in flags:
             flags = f"{flags} --doc_offset {r['pretrain_doc_offset']} (preset)".strip()
+        if r.get("pretrain_doc_context") and "--doc_context" not in flags:
+            flags = f"{flags} --doc_context {shlex.quote(r['pretrain_doc_context'])} (preset)".strip()
         if r.get("bottleneck_dim", 64) != 64:
             flags = f"--bottleneck_dim {r['bottleneck_dim']} {flags}".strip()
         if r["preset"] != "cpu":
@@ -225,6 +227,7 @@ def main() -> None:
     record["pretrain_final_loss"] = sidecar["final_loss"]
     record["pretrain_config"] = sidecar["trainer"]
     record["pretrain_doc_offset"] = sidecar["doc_offset"]  # may come from the preset, not the flags
+    record["pretrain_doc_context"] = sidecar.get("doc_context", "")  # likewise
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
 
     for when, ckpt_copy in snapshots.items():
