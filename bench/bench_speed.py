@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import platform
 import random
 import sys
 import time
@@ -35,7 +34,7 @@ from dataset import CharCorruptionDataset, NameDataset, read_questions, read_tex
 from model import GPT, GPTConfig  # noqa: E402
 from run import predict  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
-from utils import autocast, write_json_atomic  # noqa: E402
+from utils import autocast, cpu_name, write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
 
@@ -173,7 +172,7 @@ def main() -> None:
     np.random.seed(0)
     ds = CharCorruptionDataset(read_text(DATA / "wiki.txt"), 128)
     result: dict = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     lines = []

@@ -40,6 +40,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "time_to_accuracy.jsonl"
+sys.path.insert(0, str(ROOT / "src"))
+
+from utils import cpu_name  # noqa: E402
 
 
 def epochs_done(log: Path) -> int:
@@ -129,6 +132,9 @@ def table() -> str:
     for r in rows:
         c = r["pretrain_config"]
         steps = f"{r['pretrain_steps']:,} steps" if "snapshot_of" in r else f"{c['max_epochs']} epochs"
+        done = r.get("pretrain_epochs_done")
+        if "snapshot_of" not in r and done is not None and done < c["max_epochs"]:
+            steps = f"{done:.0f} of {c['max_epochs']} epochs"  # a --budget_minutes ran out first
         flags = shlex.join(r["pretrain_flags"])  # quoted, so "--doc_context 'Where was '" shows its space
         flags = re.sub(r"--(max_epochs|batch_size|pretrain_lr) \S+ ?", "", flags).strip()
         if r.get("pretrain_doc_offset") and "--doc_offset" not in flags:
@@ -216,6 +222,7 @@ def main() -> None:
         "pretrain_flags": args.pretrain_flags,
         **({"bottleneck_dim": args.bottleneck_dim} if args.variant == "perceiver" else {}),
         "machine": f"{platform.machine()}, {platform.node()}",
+        "cpu": cpu_name(),
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }
     cmd = ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]
@@ -228,6 +235,7 @@ def main() -> None:
     record["pretrain_config"] = sidecar["trainer"]
     record["pretrain_doc_offset"] = sidecar["doc_offset"]  # may come from the preset, not the flags
     record["pretrain_doc_context"] = sidecar.get("doc_context", "")  # likewise
+    record["pretrain_epochs_done"] = sidecar.get("epochs_done")  # fewer than planned if a budget ran out
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
 
     for when, ckpt_copy in snapshots.items():

@@ -236,6 +236,7 @@ def trainer_config(
         cosine_cap=cap,
         num_workers=args.num_workers,
         max_steps=args.max_steps,
+        budget_seconds=None if args.budget_minutes is None else args.budget_minutes * 60,
         impl=args.impl,
         bf16=not args.fp32,
         compile=args.compile,
@@ -313,6 +314,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
         trainer.stop_requested = True  # the loop checkpoints and stops after the current step
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    n_batches = math.ceil(len(dataset) / cfg.batch_size)
     t0 = time.time()
     try:
         losses = trainer.train()
@@ -332,8 +334,15 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
                 "doc_context": args.doc_context,
                 "max_example_len": args.max_example_len,
                 "steps": trainer.step,
+                "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, n_batches), 3),
+                "train_seconds": trainer.seconds,
                 "final_loss": losses[-1] if losses else None,
             },
+        )
+    if cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds:
+        print(
+            f"--budget_minutes {args.budget_minutes:g} spent after {trainer.step} steps, epoch "
+            f"{trainer.epoch + 1} of {cfg.max_epochs}; the schedule was compressed to end there"
         )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
 
@@ -538,6 +547,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="epochs (handout: pretrain 650; finetune 75, or 10 after pretraining)",
     )
     p.add_argument("--max_steps", type=int, default=None, help="stop after this many optimizer steps")
+    p.add_argument(
+        "--budget_minutes",
+        type=float,
+        default=None,
+        help="stop training after this many minutes, the LR schedule compressed to end there if the planned "
+        "epochs do not fit (a fast machine runs them all; see README)",
+    )
     p.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
     p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
@@ -571,6 +587,8 @@ def run(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UserError(f"--{flag} must be at least 1, got {value}")
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        raise UserError(f"--budget_minutes must be positive, got {args.budget_minutes}")
     if args.mix_questions is not None and args.function != "pretrain":
         raise UserError("--mix_questions is for pretrain only")
     if args.doc_offset and args.function != "pretrain":

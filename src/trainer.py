@@ -35,6 +35,9 @@ class TrainerConfig:
     cosine_cap: bool = False  # False: the handout's uncapped cosine; True: stay at the floor after final_tokens
     num_workers: int = 0
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
+    # Wall-clock budget: training stops once it has run this long (summed over resumes), and with
+    # lr_decay the schedule is compressed to end there, so a slow machine still finishes its cosine.
+    budget_seconds: float | None = None
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
     compile: bool = False  # torch.compile the forward pass (fast path; see README for when it pays)
@@ -61,6 +64,20 @@ def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap:
     if cap:
         progress = min(progress, 1.0)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def scheduled_tokens(tokens: float, seconds: float, run_tokens: float, budget_seconds: float | None) -> float:
+    """The token count the learning-rate schedule is evaluated at.
+
+    Without a budget it is the tokens seen. With one, the run's progress is the
+    larger of tokens / run_tokens (the tokens of every planned epoch) and
+    seconds / budget_seconds, so a machine too slow for the planned epochs
+    reaches the end of the schedule when the budget runs out, and a fast one
+    follows the plain token schedule.
+    """
+    if budget_seconds is None:
+        return tokens
+    return max(tokens, run_tokens * min(1.0, seconds / budget_seconds))
 
 
 def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
@@ -124,6 +141,8 @@ class Trainer:
         self.epoch = 0  # epoch in progress
         self.batch_in_epoch = 0  # batches of that epoch already trained
         self.losses: list[float] = []
+        self.seconds = 0.0  # time spent training, summed over resumed runs (what budget_seconds limits)
+        self.clock = time.monotonic  # tests replace it
         self.stop_requested = False  # set by a signal handler; checked after every step
         self.rank, self.world_size = 0, 1
         self.forward_model = self.model
@@ -165,6 +184,7 @@ class Trainer:
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "tokens": self.tokens,
+            "seconds": self.seconds,
             "losses": self.losses,
             "rng": {
                 "python": random.getstate(),
@@ -192,6 +212,7 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.step, self.epoch, self.batch_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"]
         self.tokens, self.losses = ckpt["tokens"], list(ckpt["losses"])
+        self.seconds = ckpt.get("seconds", 0.0)  # absent from checkpoints written before budgets existed
         rng = ckpt["rng"]
         random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
         np.random.set_state((rng["numpy"][0], rng["numpy"][1].numpy().astype(np.uint32), *rng["numpy"][2:]))
@@ -212,7 +233,9 @@ class Trainer:
         example_length = getattr(self.train_dataset, "example_length", None)
         targets_per_batch = self.mean_targets_per_batch() if cfg.token_weighted and cfg.impl == "fast" else None
         n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
+        run_tokens = cfg.max_epochs * len(self.train_dataset) * (example_length or 0)
         quiet = self.rank != 0
+        last_tick = self.clock()
         while self.epoch < cfg.max_epochs and not self.finished():
             t0 = time.time()
             desc = f"epoch {self.epoch + 1}/{cfg.max_epochs}"
@@ -232,13 +255,16 @@ class Trainer:
                 self.optimizer.step()
                 self.step += 1
                 self.batch_in_epoch += 1
+                now = self.clock()
+                self.seconds, last_tick = self.seconds + now - last_tick, now
+                if cfg.budget_seconds is not None and self.world_size > 1:
+                    self.seconds = self.slowest_rank_seconds()  # every rank must stop at the same step
                 lr = cfg.learning_rate
                 if cfg.lr_decay:
                     # As in the handout, the rate is updated after the step from the tokens seen so far.
                     self.tokens += global_rows * (example_length or y.size(1))
-                    lr = cfg.learning_rate * lr_multiplier(
-                        self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap
-                    )
+                    at = scheduled_tokens(self.tokens, self.seconds, run_tokens, cfg.budget_seconds)
+                    lr = cfg.learning_rate * lr_multiplier(at, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
                     for group in self.optimizer.param_groups:
                         group["lr"] = lr
                 if self.world_size > 1:  # log the mean over ranks: the loss of the whole global batch
@@ -283,5 +309,15 @@ class Trainer:
             targets, rows = targets + int((y != 0).sum()), rows + len(y)
         return targets * self.config.batch_size / rows
 
+    def slowest_rank_seconds(self) -> float:
+        """The largest training time over all ranks (torch.distributed)."""
+        seconds = torch.tensor([self.seconds], dtype=torch.float64, device=self.device)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        return float(seconds.item())
+
     def finished(self) -> bool:
-        return self.config.max_steps is not None and self.step >= self.config.max_steps
+        """True once max_steps steps are done or the time budget is spent."""
+        cfg = self.config
+        if cfg.budget_seconds is not None and self.seconds >= cfg.budget_seconds:
+            return True
+        return cfg.max_steps is not None and self.step >= cfg.max_steps

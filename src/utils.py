@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import random
 import tempfile
 import warnings
@@ -66,6 +67,15 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
     if enabled and bf16_supported(device):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), for benchmark records: speeds differ by CPU."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def seed_everything(seed: int) -> None:

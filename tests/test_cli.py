@@ -187,6 +187,27 @@ def test_too_short_pretraining_examples_are_a_one_line_error(tiny_corpus, capsys
     one_line_error(capsys, "--max_example_len must be between 16 and 128, got 8")
 
 
+def test_a_time_budget_becomes_the_trainers_budget_in_seconds():
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--budget_minutes", "1.5")
+    assert run.trainer_config(args, 100).budget_seconds == 90
+
+
+def test_a_run_within_its_time_budget_records_its_training_time(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "60") == 0
+    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
+    assert sidecar["trainer"]["budget_seconds"] == 3600 and 0 < sidecar["train_seconds"] < 3600
+
+
+def test_a_run_that_spends_its_budget_says_where_it_stopped(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 50, "--budget_minutes", "0.0001") == 0
+    assert "--budget_minutes 0.0001 spent after 1 steps, epoch 1 of 650" in capsys.readouterr().out
+
+
+def test_a_time_budget_that_is_not_positive_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "0") == 2
+    one_line_error(capsys, "--budget_minutes must be positive, got 0.0")
+
+
 def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Niels Bohr born? Copenhagen\n", encoding="utf-8")

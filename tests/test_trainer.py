@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import shutil
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, lr_multiplier, make_optimizer
+from trainer import Trainer, TrainerConfig, lr_multiplier, make_optimizer, scheduled_tokens
 
 WARM, FINAL = 10_240, 1_000_000
 
@@ -117,6 +118,64 @@ def test_token_weighted_training_reduces_the_loss():
 
 def test_max_steps_stops_training():
     assert len(tiny_run("fast", steps=4)) == 4
+
+
+def test_without_a_budget_the_schedule_follows_the_tokens_seen():
+    assert scheduled_tokens(100, seconds=59, run_tokens=1000, budget_seconds=None) == 100
+
+
+def test_a_slow_run_is_scheduled_by_its_share_of_the_budget():
+    assert scheduled_tokens(100, seconds=30, run_tokens=1000, budget_seconds=60) == 500
+
+
+def test_a_fast_run_is_scheduled_by_its_tokens_when_they_are_ahead_of_the_clock():
+    assert scheduled_tokens(800, seconds=30, run_tokens=1000, budget_seconds=60) == 800
+
+
+def budget_trainer(budget_seconds: float | None, seconds_per_step: int = 10, **config) -> Trainer:
+    """A tiny trainer whose clock advances seconds_per_step at every step, with a cosine over 3 epochs."""
+    torch.manual_seed(0)
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
+    cfg = TrainerConfig(
+        max_epochs=3, batch_size=8, learning_rate=1e-2, lr_decay=True, warmup_tokens=0, cosine_cap=True,
+        final_tokens=3 * len(ds) * ds.example_length, budget_seconds=budget_seconds, **config,
+    )  # fmt: skip
+    trainer = Trainer(model, ds, cfg, torch.device("cpu"))
+    trainer.clock = itertools.count(0, seconds_per_step).__next__
+    return trainer
+
+
+def test_budget_stops_training_once_the_time_is_spent():
+    trainer = budget_trainer(budget_seconds=45)
+    trainer.train()
+    assert trainer.step == 5 and trainer.seconds == 50
+    assert trainer.epoch == 0  # an epoch has 5 batches of 8: stopped inside the first of three
+
+
+def test_budget_compresses_the_schedule_to_reach_its_floor_when_the_time_is_spent():
+    lrs = []
+    trainer = budget_trainer(budget_seconds=45)
+    trainer.log = lambda name, value, step: lrs.append(value) if name == "train/lr" else None
+    trainer.train()
+    assert lrs[-1] == pytest.approx(1e-3)  # the floor, 0.1 x peak, after 5 of the planned 15 steps
+    assert all(a >= b for a, b in itertools.pairwise(lrs)) and lrs[0] > 5e-3
+
+
+def test_a_budget_the_run_fits_in_changes_nothing():
+    unlimited = budget_trainer(budget_seconds=None, max_steps=6).train()
+    generous = budget_trainer(budget_seconds=10_000, max_steps=6).train()
+    assert generous == unlimited
+
+
+def test_resume_carries_the_time_already_spent():
+    first = budget_trainer(budget_seconds=45, max_steps=2)
+    first.train()
+    second = budget_trainer(budget_seconds=45)
+    second.resume(first.checkpoint())
+    second.train()
+    assert second.step == 5 and second.seconds == 50
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
