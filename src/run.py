@@ -341,7 +341,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
         )
     if cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds:
         print(
-            f"--budget_minutes {args.budget_minutes:g} spent after {trainer.step} steps, epoch "
+            f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, in epoch "
             f"{trainer.epoch + 1} of {cfg.max_epochs}; the schedule was compressed to end there"
         )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
