@@ -185,3 +185,16 @@ def test_two_process_torchrun_matches_one_process_and_writes_one_params_file(tin
         "--eval_corpus_path", str(tiny_dev_tsv), "--outputs_path", str(two / "dev.p"), *TINY_MODEL,
     ]  # fmt: skip
     assert run.main(evaluate) == 0
+
+
+def test_two_process_torchrun_with_a_time_budget_stops_every_rank_at_the_same_step(tiny_corpus, tmp_path):
+    argv = [
+        "pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL,
+        "--batch_size", "8", "--budget_minutes", "0.005",
+    ]  # fmt: skip
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # A rank that stopped alone would leave the other waiting in its next all-reduce: the timeout catches that.
+    proc = subprocess.run(torchrun + RUN[1:] + argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--budget_minutes 0.005 spent at step" in proc.stdout
