@@ -342,7 +342,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
     if cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds:
         print(
             f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, in epoch "
-            f"{trainer.epoch + 1} of {cfg.max_epochs}; the schedule was compressed to end there"
+            f"{trainer.epoch + 1} of {cfg.max_epochs}; the learning-rate schedule was cut off there"
         )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
 
@@ -551,8 +551,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--budget_minutes",
         type=float,
         default=None,
-        help="stop training after this many minutes, the LR schedule compressed to end there if the planned "
-        "epochs do not fit (a fast machine runs them all; see README)",
+        help="stop training after this many minutes of training (summed over resumes); the LR schedule is "
+        "the planned one, cut off where the time runs out (see README)",
     )
     p.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
     p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
