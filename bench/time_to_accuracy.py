@@ -237,6 +237,7 @@ def main() -> None:
     record["pretrain_doc_context"] = sidecar.get("doc_context", "")  # likewise
     record["pretrain_epochs_done"] = sidecar.get("epochs_done")  # fewer than planned if a budget ran out
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
+    batches_per_epoch = round(sidecar["steps"] / sidecar["epochs_done"])  # the same in every epoch
 
     for when, ckpt_copy in snapshots.items():
         if not ckpt_copy.is_file():
@@ -253,6 +254,8 @@ def main() -> None:
             "pretrain_seconds": timing["pretrain_seconds"],
             "pretrain_steps": ckpt["step"],
             "pretrain_final_loss": ckpt["losses"][-1],
+            # the snapshot's own progress, not the full run's
+            "pretrain_epochs_done": round(ckpt["epoch"] + ckpt["batch_in_epoch"] / batches_per_epoch, 3),
         }
         append({**snap, **finetune_and_evaluate(run, common, snap_params, out, f"snap{label(when)}.")})
 
