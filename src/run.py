@@ -237,6 +237,7 @@ def trainer_config(
         num_workers=args.num_workers,
         max_steps=args.max_steps,
         budget_seconds=None if args.budget_minutes is None else args.budget_minutes * 60,
+        budget_cooldown=args.budget_cooldown,
         impl=args.impl,
         bf16=not args.fp32,
         compile=args.compile,
@@ -252,7 +253,7 @@ RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
-    "max_example_len",
+    "max_example_len", "budget_cooldown",
 )  # fmt: skip
 
 
@@ -343,6 +344,7 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
         print(
             f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, in epoch "
             f"{trainer.epoch + 1} of {cfg.max_epochs}; the learning-rate schedule was cut off there"
+            + (f", annealed over the last {cfg.budget_cooldown:.0%} of the budget" if cfg.budget_cooldown else "")
         )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
 
@@ -554,6 +556,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="stop training after this many minutes of training (summed over resumes); the LR schedule is "
         "the planned one, cut off where the time runs out (see README)",
     )
+    p.add_argument(
+        "--budget_cooldown",
+        type=float,
+        default=0.0,
+        help="with --budget_minutes: over this last fraction of the budget (e.g. 0.2) scale the rate down "
+        "linearly to its floor, so a run cut off by the budget still ends annealed (default 0: plain cut-off)",
+    )
     p.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
     p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
@@ -589,6 +598,10 @@ def run(args: argparse.Namespace) -> None:
             raise UserError(f"--{flag} must be at least 1, got {value}")
     if args.budget_minutes is not None and not args.budget_minutes > 0:
         raise UserError(f"--budget_minutes must be positive, got {args.budget_minutes}")
+    if not 0 <= args.budget_cooldown <= 1:
+        raise UserError(f"--budget_cooldown must be between 0 and 1, got {args.budget_cooldown}")
+    if args.budget_cooldown and args.budget_minutes is None:
+        raise UserError("--budget_cooldown needs --budget_minutes")
     if args.mix_questions is not None and args.function != "pretrain":
         raise UserError("--mix_questions is for pretrain only")
     if args.doc_offset and args.function != "pretrain":

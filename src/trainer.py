@@ -39,6 +39,11 @@ class TrainerConfig:
     # schedule is not changed: compressing the cosine to end at the budget measured ~9 points worse
     # than cutting the planned cosine off (README, "A time budget").
     budget_seconds: float | None = None
+    # With a budget: over the last `budget_cooldown` fraction of it the rate is scaled down linearly
+    # to the floor, so a machine too slow for the planned epochs still ends its schedule annealed
+    # (0: the planned schedule is simply cut off). A run that finishes its planned schedule before
+    # the cool-down would begin is not changed.
+    budget_cooldown: float = 0.0
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
     compile: bool = False  # torch.compile the forward pass (fast path; see README for when it pays)
@@ -65,6 +70,13 @@ def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap:
     if cap:
         progress = min(progress, 1.0)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def cooldown_multiplier(seconds: float, budget_seconds: float | None, fraction: float) -> float:
+    """1 until the last `fraction` of the budget, then falling linearly to 0 when it is spent."""
+    if budget_seconds is None or fraction <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (budget_seconds - seconds) / (fraction * budget_seconds)))
 
 
 def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
@@ -249,9 +261,11 @@ class Trainer:
                 if cfg.lr_decay:
                     # As in the handout, the rate is updated after the step from the tokens seen so far.
                     self.tokens += global_rows * (example_length or y.size(1))
-                    lr = cfg.learning_rate * lr_multiplier(
-                        self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap
-                    )
+                    multiplier = lr_multiplier(self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
+                    cooldown = cooldown_multiplier(self.seconds, cfg.budget_seconds, cfg.budget_cooldown)
+                    if cooldown < 1.0:  # towards the floor (never below it) as the budget runs out
+                        multiplier = max(0.1, multiplier * cooldown)
+                    lr = cfg.learning_rate * multiplier
                     for group in self.optimizer.param_groups:
                         group["lr"] = lr
                 if self.world_size > 1:  # log the mean over ranks: the loss of the whole global batch

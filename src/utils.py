@@ -70,12 +70,17 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 
 def cpu_name() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), for benchmark records: speeds differ by CPU."""
+    """The CPU's model name (Linux: /proc/cpuinfo), its vector capability and whether it has bf16
+    matmuls, for benchmark records: speeds differ by CPU, and two CPUs of one name may differ in both
+    (e.g. "AMD EPYC (AVX2, no bf16)" against "AMD EPYC (AVX512, bf16)")."""
+    name = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+                name = line.split(":", 1)[1].strip()
+                break
+    bf16 = "bf16" if bf16_supported(torch.device("cpu")) else "no bf16"
+    return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
 def seed_everything(seed: int) -> None:

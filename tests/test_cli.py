@@ -203,6 +203,16 @@ def test_a_run_that_spends_its_budget_says_where_it_stopped(tiny_corpus, capsys)
     assert "--budget_minutes 0.0001 spent at step 1, in epoch 1 of 650" in capsys.readouterr().out
 
 
+def test_a_budget_cooldown_without_a_budget_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_cooldown", "0.2") == 2
+    one_line_error(capsys, "--budget_cooldown needs --budget_minutes")
+
+
+def test_a_budget_cooldown_outside_0_to_1_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "5", "--budget_cooldown", "2") == 2
+    one_line_error(capsys, "--budget_cooldown must be between 0 and 1, got 2.0")
+
+
 def test_a_time_budget_that_is_not_positive_is_a_one_line_error(tiny_corpus, capsys):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "0") == 2
     one_line_error(capsys, "--budget_minutes must be positive, got 0.0")

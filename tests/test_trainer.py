@@ -152,6 +152,24 @@ def test_budget_cuts_the_planned_schedule_off_instead_of_compressing_it():
     assert lrs[-1] > 5e-3
 
 
+def test_budget_cooldown_anneals_the_cut_off_schedule_to_its_floor_as_the_budget_runs_out():
+    lrs = []
+    trainer = budget_trainer(budget_seconds=45, budget_cooldown=0.4)  # the cool-down starts at 27 s
+    trainer.log = lambda name, value, step: lrs.append(value) if name == "train/lr" else None
+    trainer.train()
+    planned = [1e-2 * lr_multiplier(8 * 32 * step, 0, 3 * 40 * 32, cap=True) for step in range(1, 6)]
+    assert lrs[:2] == pytest.approx(planned[:2])  # 10 s and 20 s: before the cool-down, as planned
+    left = [(45 - 30) / 18, (45 - 40) / 18]  # the share of the cool-down still to run after steps 3 and 4
+    assert lrs[2:4] == pytest.approx([max(1e-3, p * f) for p, f in zip(planned[2:4], left)])
+    assert lrs[-1] == pytest.approx(1e-3)  # the budget is spent: the floor, 0.1 of the peak
+
+
+def test_a_budget_cooldown_that_the_run_ends_before_changes_nothing():
+    unlimited = budget_trainer(budget_seconds=None, max_steps=6).train()
+    generous = budget_trainer(budget_seconds=10_000, budget_cooldown=0.5, max_steps=6).train()
+    assert generous == unlimited
+
+
 def test_a_budget_the_run_fits_in_changes_nothing():
     unlimited = budget_trainer(budget_seconds=None, max_steps=6).train()
     generous = budget_trainer(budget_seconds=10_000, max_steps=6).train()
