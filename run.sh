@@ -39,18 +39,25 @@ from run import PRESETS
 preset, device, budget, *epochs = sys.argv[1:]
 pre = int(epochs[0] or PRESETS[preset]["pretrain"]["max_epochs"])
 ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
-# Seconds per pretraining epoch (vanilla, perceiver), per finetuning epoch and per evaluation, on
-# the 2-core reference CPU: handout from bench/results/speed.json; cpu from the runs in
-# bench/results/time_to_accuracy.jsonl (vanilla 480 epochs with --doc_offset 14: 9.0-10.0 s;
-# perceiver: the first epochs of a 360-epoch run).
-# A slower CPU (the 2-core AMD EPYC: about 1.9x slower) is held to the budget instead.
+# Seconds per pretraining epoch (vanilla, perceiver) and per finetuning epoch, measured on three
+# 2-core CPUs (README, "Speed"): the Xeon with AMX the preset was tuned on (cpu: the runs in
+# bench/results/time_to_accuracy.jsonl; handout: bench/results/speed.json), an AMD EPYC with
+# AVX512-BF16 (about 2x slower) and an AMD EPYC with AVX2 only, where the fast path runs in fp32
+# (about 5x slower). A CPU slower than the Xeon is held to the budget instead.
+flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+if "amx_bf16" in flags:
+    cpu, scale, ft_epoch = "a CPU with AMX, like the 2-core Xeon the preset was tuned on", 1.0, 5.2
+elif "avx512_bf16" in flags:
+    cpu, scale, ft_epoch = "a CPU with AVX512-BF16 and no AMX (the 2-core EPYC: about 2x the Xeon)", 2.0, 8.4
+else:
+    cpu, scale, ft_epoch = "a CPU without bf16 matmuls, so fp32 (the 2-core AVX2 EPYC: about 5x the Xeon)", 5.0, 17.4
 per_epoch = {"handout": (13, 13), "cpu": (9.6, 7.7)}[preset]
-pretrain = [pre * e for e in per_epoch]
+pretrain = [pre * e * scale for e in per_epoch]
 if budget != "none":
     pretrain = [min(p, float(budget) * 60) for p in pretrain]
-s = sum(pretrain) + (2 * ft + nopre) * 5.2 + 5 * 30
-slower = f"; on a slower CPU each pretraining stops after {budget} minutes" if budget != "none" else ""
-print(f"about {s / 60:.0f} minutes on the 2-core Xeon{slower}" if device == "cpu" else "well under the CPU time on a GPU")
+s = sum(pretrain) + (2 * ft + nopre) * ft_epoch + 5 * 30
+held = f"; each pretraining stops after {budget} minutes" if budget != "none" else ""
+print(f"about {s / 60:.0f} minutes on {cpu}{held}" if device == "cpu" else "well under the CPU time on a GPU")
 PY
 )
 echo "run.sh: device $DEVICE, preset $PRESET; pretrain ${PRETRAIN_EPOCHS:-preset} epochs (budget: $BUDGET minutes)," \

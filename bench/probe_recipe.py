@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from dataset import CharCorruptionDataset, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
-from utils import autocast  # noqa: E402
+from utils import autocast, cpu_name  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -89,7 +89,7 @@ def main() -> None:
         epochs = steps * batch / len(ds)
         print(f"batch {batch}, lr {lr:g}: {steps} steps ({epochs:.1f} epochs) in {seconds:g} s -> loss {loss:.3f}")
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "batch_size": batch, "lr": lr}
-        record |= {"variant": "perceiver" if perceiver else "vanilla", "doc_offset": offset}
+        record |= {"variant": "perceiver" if perceiver else "vanilla", "doc_offset": offset, "cpu": cpu_name()}
         with open(ROOT / "bench" / "results" / "probes.jsonl", "a") as f:
             f.write(json.dumps({**record, "steps": steps, "epochs": round(epochs, 1), "loss": round(loss, 3)}) + "\n")
 
