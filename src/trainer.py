@@ -234,8 +234,9 @@ class Trainer:
         n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
         quiet = self.rank != 0
         last_tick = self.clock()
+        projected = False  # the time projection is printed once, after this process's first whole epoch
         while self.epoch < cfg.max_epochs and not self.finished():
-            t0 = time.time()
+            t0, seconds_at_start, whole_epoch = time.time(), self.seconds, self.batch_in_epoch == 0
             desc = f"epoch {self.epoch + 1}/{cfg.max_epochs}"
             batches = self.batches(self.epoch, skip=self.batch_in_epoch)
             bar = tqdm(batches, total=n_batches, initial=self.batch_in_epoch, desc=desc, leave=False, disable=quiet)
@@ -292,8 +293,33 @@ class Trainer:
             if not quiet and self.losses:
                 self.log("train/epoch_seconds", seconds, self.epoch)
                 tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
+                if whole_epoch and self.batch_in_epoch == 0 and not projected:
+                    projected = True
+                    tqdm.write(self.projection(self.seconds - seconds_at_start))
         self.save_checkpoint()
         return self.losses
+
+    def projection(self, epoch_seconds: float) -> str:
+        """One line on how long the planned epochs will take at `epoch_seconds` per epoch and, with a
+        time budget they do not fit in, how many it holds and where the planned schedule then stands."""
+        cfg = self.config
+        left = cfg.max_epochs - self.epoch
+        line = (
+            f"at {epoch_seconds:.1f} s per epoch the {left} epochs left take about {left * epoch_seconds / 60:.0f} min"
+        )
+        if cfg.budget_seconds is None or self.seconds + left * epoch_seconds <= cfg.budget_seconds:
+            return line
+        held = self.epoch + (cfg.budget_seconds - self.seconds) / epoch_seconds
+        line += f"; the {cfg.budget_seconds / 60:g}-minute budget holds about {held:.0f} of {cfg.max_epochs}"
+        if not cfg.lr_decay:
+            return line
+        tokens = self.tokens / max(1, self.epoch) * held  # every epoch counts the same tokens
+        progress = min(1.0, (tokens - cfg.warmup_tokens) / max(1, cfg.final_tokens - cfg.warmup_tokens))
+        rate = lr_multiplier(tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
+        line += f", where the planned cosine is {progress:.0%} done and the rate {rate:.2f} of its peak"
+        if cfg.budget_cooldown:
+            line += f" (the last {cfg.budget_cooldown:.0%} of the budget anneals it to the floor)"
+        return line
 
     def training_loss(self, loss: torch.Tensor, y: torch.Tensor, targets_per_batch: float | None) -> torch.Tensor:
         """The loss to differentiate: the batch's mean loss, or with targets_per_batch the sum of its

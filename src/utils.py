@@ -70,15 +70,20 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 
 def cpu_name() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), its vector capability and whether it has bf16
-    matmuls, for benchmark records: speeds differ by CPU, and two CPUs of one name may differ in both
-    (e.g. "AMD EPYC (AVX2, no bf16)" against "AMD EPYC (AVX512, bf16)")."""
-    name = platform.processor() or platform.machine()
+    """The CPU's model name, family and model numbers (Linux: /proc/cpuinfo), its vector capability and
+    whether it has bf16 matmuls, for benchmark records: speeds differ by CPU, and CPUs of one name may
+    differ in all of these (e.g. "AMD EPYC [family 23, model 1] (AVX2, no bf16)", a first-generation
+    Zen, runs fp32 matmuls at about half the rate of "AMD EPYC [family 23, model 49] (AVX2, no bf16)")."""
+    name, fields = platform.processor() or platform.machine(), {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if not line.strip():
+                break  # the first processor's block is enough
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", name)
+    if "cpu family" in fields and "model" in fields:
+        name = f"{name} [family {fields['cpu family']}, model {fields['model']}]"
     bf16 = "bf16" if bf16_supported(torch.device("cpu")) else "no bf16"
     return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 

@@ -176,6 +176,21 @@ def test_a_budget_the_run_fits_in_changes_nothing():
     assert generous == unlimited
 
 
+def test_first_epoch_projects_how_many_planned_epochs_the_budget_holds(capsys):
+    budget_trainer(budget_seconds=120).train()  # 50 s per epoch of 5 steps: 2.4 of the 3 planned epochs fit
+    out = capsys.readouterr().out
+    assert "at 50.0 s per epoch the 2 epochs left take about 2 min" in out
+    assert "the 2-minute budget holds about 2 of 3, where the planned cosine is 80% done" in out
+    assert "the rate 0.10 of its peak" in out  # 0.5 * (1 + cos(0.8 pi)) = 0.095, held at the 0.1 floor
+
+
+def test_first_epoch_projection_names_no_budget_limit_when_the_epochs_fit(capsys):
+    budget_trainer(budget_seconds=10_000).train()
+    out = capsys.readouterr().out
+    assert "at 50.0 s per epoch the 2 epochs left take about 2 min\n" in out
+    assert "budget holds" not in out
+
+
 def test_resume_carries_the_time_already_spent():
     first = budget_trainer(budget_seconds=45, max_steps=2)
     first.train()
