@@ -43,12 +43,17 @@ ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
 # 2-core CPUs (README, "Speed"): the Xeon with AMX the preset was tuned on (cpu: the runs in
 # bench/results/time_to_accuracy.jsonl; handout: bench/results/speed.json), an AMD EPYC with
 # AVX512-BF16 (about 2x slower) and an AMD EPYC with AVX2 only, where the fast path runs in fp32
-# (about 5x slower). A CPU slower than the Xeon is held to the budget instead.
+# (about 5x slower; a first-generation Zen, AMD family 23 below model 48, about 9x). A CPU
+# slower than the Xeon is held to the budget instead.
 flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+family = next((line.split(":")[1].strip() for line in flags.splitlines() if line.startswith("cpu family")), "")
+model = next((line.split(":")[1].strip() for line in flags.splitlines() if line.startswith("model\t")), "")
 if "amx_bf16" in flags:
     cpu, scale, ft_epoch = "a CPU with AMX, like the 2-core Xeon the preset was tuned on", 1.0, 5.2
 elif "avx512_bf16" in flags:
     cpu, scale, ft_epoch = "a CPU with AVX512-BF16 and no AMX (the 2-core EPYC: about 2x the Xeon)", 2.0, 8.4
+elif "AuthenticAMD" in flags and family == "23" and model.isdigit() and int(model) < 48:
+    cpu, scale, ft_epoch = "a first-generation Zen CPU, fp32 (the 2-core Zen 1 EPYC: about 9x the Xeon)", 8.6, 37.0
 else:
     cpu, scale, ft_epoch = "a CPU without bf16 matmuls, so fp32 (the 2-core AVX2 EPYC: about 5x the Xeon)", 5.0, 17.4
 per_epoch = {"handout": (13, 13), "cpu": (9.6, 7.7)}[preset]
@@ -61,7 +66,8 @@ print(f"about {s / 60:.0f} minutes on {cpu}{held}" if device == "cpu" else "well
 PY
 )
 echo "run.sh: device $DEVICE, preset $PRESET; pretrain ${PRETRAIN_EPOCHS:-preset} epochs (budget: $BUDGET minutes)," \
-  "finetune ${FINETUNE_EPOCHS:-10} epochs (from scratch: ${NOPRETRAIN_EPOCHS:-75}); expected time: $estimate"
+  "finetune ${FINETUNE_EPOCHS:-10} epochs (from scratch: ${NOPRETRAIN_EPOCHS:-75}); expected time: $estimate" \
+  "(a guess from the CPU's kind; each training step prints a projection measured on its first epoch)"
 
 RUN="python src/run.py"
 timed() {  # timed NAME command...: run it, log it, remember its wall-clock seconds

@@ -3,6 +3,7 @@
     python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
     python bench/bench_speed.py --parts train   # train | eval | finetune
     python bench/bench_speed.py --parts train --compile   # also the fast path under --compile
+    python bench/bench_speed.py --parts eval --trained_only --trained RUN/finetune.params   # a trained model only
 
 (1) training throughput for vanilla and perceiver: real tokens/s (non-PAD
     targets) and handout-equivalent tokens/s (examples x 127 positions, what the
@@ -166,6 +167,12 @@ def main() -> None:
         default=[],
         help="finetuned params files to also time decoding with (perceiver if 'perceiver' is in the name; m=64)",
     )
+    p.add_argument(
+        "--trained_only",
+        action="store_true",
+        help="decode with the --trained models only, not also the untrained worst cases (each costs a slow "
+        "reference decoding: about 5 minutes on a first-generation Zen)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.json", help="JSON output")
     args = p.parse_args()
     random.seed(0)
@@ -196,7 +203,7 @@ def main() -> None:
         result["train"] = rows
     if "eval" in args.parts:
         result["eval"] = []
-        cases = [(v, None) for v in ("vanilla", "perceiver")]
+        cases = [] if args.trained_only else [(v, None) for v in ("vanilla", "perceiver")]
         cases += [("perceiver" if "perceiver" in p.name else "vanilla", p) for p in args.trained]
         for variant, params in cases:
             e = eval_speed(ds, variant, params)
