@@ -36,6 +36,7 @@ estimate=$(python - "$PRESET" "$DEVICE" "$BUDGET" "${PRETRAIN_EPOCHS:-}" "${FINE
 import sys
 sys.path.insert(0, "src")
 from run import PRESETS
+from utils import cpu_info
 preset, device, budget, *epochs = sys.argv[1:]
 pre = int(epochs[0] or PRESETS[preset]["pretrain"]["max_epochs"])
 ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
@@ -45,14 +46,13 @@ ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
 # AVX512-BF16 (about 2x slower) and an AMD EPYC with AVX2 only, where the fast path runs in fp32
 # (about 5x slower; a first-generation Zen, AMD family 23 below model 48, about 9x). A CPU
 # slower than the Xeon is held to the budget instead.
-flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
-family = next((line.split(":")[1].strip() for line in flags.splitlines() if line.startswith("cpu family")), "")
-model = next((line.split(":")[1].strip() for line in flags.splitlines() if line.startswith("model\t")), "")
+info = cpu_info()
+flags, family, model = info.get("flags", "").split(), info.get("cpu family", ""), info.get("model", "")
 if "amx_bf16" in flags:
     cpu, scale, ft_epoch = "a CPU with AMX, like the 2-core Xeon the preset was tuned on", 1.0, 5.2
 elif "avx512_bf16" in flags:
     cpu, scale, ft_epoch = "a CPU with AVX512-BF16 and no AMX (the 2-core EPYC: about 2x the Xeon)", 2.0, 8.4
-elif "AuthenticAMD" in flags and family == "23" and model.isdigit() and int(model) < 48:
+elif info.get("vendor_id") == "AuthenticAMD" and family == "23" and model.isdigit() and int(model) < 48:
     cpu, scale, ft_epoch = "a first-generation Zen CPU, fp32 (the 2-core Zen 1 EPYC: about 9x the Xeon)", 8.6, 37.0
 else:
     cpu, scale, ft_epoch = "a CPU without bf16 matmuls, so fp32 (the 2-core AVX2 EPYC: about 5x the Xeon)", 5.0, 17.4

@@ -177,3 +177,17 @@ def test_bf16_autocast_stays_close_to_fp32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         _, loss16 = model(x, x)
     assert abs(loss32.item() - loss16.item()) < 0.05
+
+
+def test_cpu_info_reads_the_first_processors_fields(tmp_path):
+    from utils import cpu_info
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+        "flags\t\t: fpu avx2\n\nprocessor\t: 1\nmodel\t\t: 49\n"
+    )
+    info = cpu_info(cpuinfo)
+    assert (info["cpu family"], info["model"], info["model name"]) == ("23", "1", "AMD EPYC")
+    assert info["flags"].split() == ["fpu", "avx2"]
+    assert cpu_info(tmp_path / "absent") == {}
