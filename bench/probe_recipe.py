@@ -2,6 +2,7 @@
 
     python bench/probe_recipe.py 210 32,2e-3 128,2e-3 64,3e-3   # seconds per probe, then batch,lr pairs
     python bench/probe_recipe.py 240 128,2e-3 128,6e-3 --perceiver --doc_offset 14
+    python bench/probe_recipe.py 300 128,5e-4 --perceiver --perceiver_init aligned --doc_offset 14
 
 Each probe trains a fresh vanilla model (--perceiver: the perceiver with m=64) (dropout 0, bf16, fast path) for the
 given number of seconds at a constant learning rate (a long run's peak), then
@@ -36,13 +37,19 @@ CPU = torch.device("cpu")
 
 
 def probe(
-    ds: CharCorruptionDataset, held_out: list, batch: int, lr: float, seconds: float, perceiver: bool = False
+    ds: CharCorruptionDataset,
+    held_out: list,
+    batch: int,
+    lr: float,
+    seconds: float,
+    perceiver: bool = False,
+    perceiver_init: str = "handout",
 ) -> tuple[int, float]:
     """Train for `seconds`; returns (steps, mean loss on held_out)."""
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=ds.vocab_size, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0)
     if perceiver:
-        config = dataclasses.replace(config, perceiver=True, bottleneck_dim=64)
+        config = dataclasses.replace(config, perceiver=True, bottleneck_dim=64, perceiver_init=perceiver_init)
     model = GPT(config)
     model.set_impl("fast")
     trainer = Trainer(model, ds, TrainerConfig(batch_size=batch, learning_rate=lr), CPU)  # for its batches and AdamW
@@ -69,10 +76,14 @@ def main() -> None:
     argv = sys.argv[1:]
     perceiver = "--perceiver" in argv
     argv = [a for a in argv if a != "--perceiver"]
-    offset = 0
+    offset, init = 0, "handout"
     if "--doc_offset" in argv:
         at = argv.index("--doc_offset")
         offset = int(argv[at + 1])
+        del argv[at : at + 2]
+    if "--perceiver_init" in argv:
+        at = argv.index("--perceiver_init")
+        init = argv[at + 1]
         del argv[at : at + 2]
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -85,11 +96,13 @@ def main() -> None:
     ds = CharCorruptionDataset(wiki, 128, max_offset=offset)
     for spec in argv[1:]:
         batch, lr = int(spec.split(",")[0]), float(spec.split(",")[1])
-        steps, loss = probe(ds, held_out, batch, lr, seconds, perceiver)
+        steps, loss = probe(ds, held_out, batch, lr, seconds, perceiver, init)
         epochs = steps * batch / len(ds)
         print(f"batch {batch}, lr {lr:g}: {steps} steps ({epochs:.1f} epochs) in {seconds:g} s -> loss {loss:.3f}")
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "batch_size": batch, "lr": lr}
         record |= {"variant": "perceiver" if perceiver else "vanilla", "doc_offset": offset, "cpu": cpu_name()}
+        if perceiver:
+            record["perceiver_init"] = init
         with open(ROOT / "bench" / "results" / "probes.jsonl", "a") as f:
             f.write(json.dumps({**record, "steps": steps, "epochs": round(epochs, 1), "loss": round(loss, 3)}) + "\n")
 

@@ -30,6 +30,7 @@ class GPTConfig:
     attn_pdrop: float = 0.1
     perceiver: bool = False
     bottleneck_dim: int = 32
+    perceiver_init: str = "handout"  # or "aligned": see GPT.align_projections
 
 
 def mlp(config: GPTConfig) -> nn.Sequential:
@@ -151,6 +152,8 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.apply(self._init_weights)
+        if config.perceiver and config.perceiver_init == "aligned":
+            self.align_projections()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -161,6 +164,32 @@ class GPT(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             module.bias.data.zero_()
             module.weight.data.fill_(1.0)
+
+    @torch.no_grad()
+    def align_projections(self, pos_norm: float = 1.0, basis_norm: float = 4.0, qk_std: float = 0.1) -> None:
+        """Perceiver only: start both cross-attentions on the diagonal (same parameters, other starting values).
+
+        With the handout's start (position table zero, basis C blind to
+        position) every bottleneck position averages its whole prefix, and
+        the perceiver sits on a loss plateau for tens of epochs until it has
+        learnt to line bottleneck position i up with input i, twice. Here
+        input position t and bottleneck position t share a random direction
+        (norm pos_norm in the position table, basis_norm in C: larger, so
+        that it outlasts the middle blocks' additions), and each projection
+        starts with equal query and key weights, so that a query scores
+        highest against its own position's key: bottleneck position i starts
+        as a copy of input i, and output t < m reads bottleneck position t.
+        Below m the perceiver starts as a vanilla GPT with n_layer - 2
+        blocks; outputs past m start by averaging the whole bottleneck.
+        """
+        assert self.config.perceiver, "align_projections is for the perceiver"
+        directions = torch.randn(self.config.block_size, self.config.n_embd)
+        directions /= directions.norm(dim=1, keepdim=True)  # nearly orthogonal in n_embd dimensions
+        self.pos_emb.copy_(pos_norm * directions[None])
+        self.down_block.C.copy_(basis_norm * directions[None, : self.config.bottleneck_dim])
+        for attn in (self.down_block.attn, self.up_block.attn):
+            attn.query.weight.normal_(mean=0.0, std=qk_std)
+            attn.key.weight.copy_(attn.query.weight)
 
     def get_block_size(self) -> int:
         return self.config.block_size

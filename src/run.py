@@ -153,6 +153,7 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
         n_embd=args.n_embd,
         perceiver=args.variant == "perceiver",
         bottleneck_dim=args.bottleneck_dim,
+        perceiver_init=args.perceiver_init,
         embd_pdrop=args.dropout,
         resid_pdrop=args.dropout,
         attn_pdrop=args.dropout,
@@ -253,7 +254,7 @@ RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
-    "max_example_len", "budget_cooldown",
+    "max_example_len", "budget_cooldown", "perceiver_init",
 )  # fmt: skip
 
 
@@ -538,6 +539,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrain_lr", type=float, default=None, help="peak learning rate for pretraining (6e-3)")
     p.add_argument("--finetune_lr", type=float, default=None, help="peak learning rate for finetuning (6e-4)")
     p.add_argument("--bottleneck_dim", type=int, default=32, help="perceiver bottleneck length m")
+    p.add_argument(
+        "--perceiver_init",
+        choices=["handout", "aligned"],
+        default="handout",
+        help="perceiver start: the handout's, or both projections on the diagonal (experimental; README)",
+    )
     p.add_argument("--n_layer", type=int, default=4, help="transformer blocks (perceiver: down + n_layer-2 + up)")
     p.add_argument("--n_head", type=int, default=8, help="attention heads")
     p.add_argument("--n_embd", type=int, default=256, help="embedding width")

@@ -169,6 +169,45 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
     assert shared_prefix_length(tokens[:, 1:], torch.tensor([4, 4, 4])) == 2
 
 
+def diagonal_attention(attn, x_q: torch.Tensor, x_kv: torch.Tensor, size: int) -> float:
+    """Mean attention weight of query i on key i, over heads and the first `size` queries."""
+    q, k = attn.split_heads(attn.query(x_q)), attn.split_heads(attn.key(x_kv))
+    scores = q @ k.transpose(-2, -1) / k.size(-1) ** 0.5
+    scores = scores.masked_fill(~attn.mask[:, :, : x_q.size(1), : x_kv.size(1)].bool(), float("-inf"))
+    return torch.diagonal(scores.softmax(-1)[..., :size, :size], dim1=-2, dim2=-1).mean().item()
+
+
+def perceiver_attention_at_start(perceiver_init: str) -> tuple[float, float]:
+    """(down, up): how much bottleneck position i reads input i, and output t reads bottleneck t, at init."""
+    torch.manual_seed(0)
+    m = 64
+    config = GPTConfig(perceiver=True, bottleneck_dim=m, perceiver_init=perceiver_init)
+    model = GPT(config).eval()
+    with torch.no_grad():
+        x = model.tok_emb(torch.randint(1, 256, (4, 128))) + model.pos_emb
+        down, up = model.down_block, model.up_block
+        basis = down.C.expand(4, -1, -1)
+        y = model.blocks(down(x))
+        return diagonal_attention(down.attn, down.ln1(basis), down.ln1(x), m), diagonal_attention(
+            up.attn, up.ln1(x), up.ln1(y), m
+        )
+
+
+def test_aligned_perceiver_starts_with_both_projections_on_the_diagonal():
+    down, up = perceiver_attention_at_start("aligned")
+    assert down > 0.9 and up > 0.8
+
+
+def test_handout_perceiver_starts_with_projections_that_average_the_prefix():
+    down, up = perceiver_attention_at_start("handout")
+    assert down < 0.2 and up < 0.2
+
+
+def test_aligned_perceiver_has_the_handout_parameters():
+    aligned = GPT(GPTConfig(perceiver=True, bottleneck_dim=64, perceiver_init="aligned"))
+    GPT(GPTConfig(perceiver=True, bottleneck_dim=64)).load_state_dict(aligned.state_dict())  # strict
+
+
 def test_bf16_autocast_stays_close_to_fp32():
     torch.manual_seed(0)
     model = tiny()
