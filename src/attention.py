@@ -45,12 +45,16 @@ def attend(
     """
     if impl == "fast" and q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, Tq, Tk)
+    att = dropout(attention_weights(q, k, mask), dropout_p, impl)
+    return att @ v  # (B, nh, Tq, hs)
+
+
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Where each query looks: q (B, nh, Tq, hs), k (B, nh, Tk, hs), mask as in `attend` -> (B, nh, Tq, Tk)."""
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
     if mask is not None:
         att = att.masked_fill(~mask, float("-inf"))
-    att = F.softmax(att, dim=-1)
-    att = dropout(att, dropout_p, impl)
-    return att @ v  # (B, nh, Tq, hs)
+    return F.softmax(att, dim=-1)
 
 
 def dropout(x: torch.Tensor, p: float, impl: str = "reference") -> torch.Tensor:
@@ -190,6 +194,11 @@ class CausalCrossAttention(MultiHeadAttention):
         Tk, Tq = x_kv.size(1), x_q.size(1)
         mask = self.mask[:, :, :Tq, :Tk].bool()
         return super().forward(x_q, x_kv, mask)
+
+    def weights(self, x_kv: torch.Tensor, x_q: torch.Tensor) -> torch.Tensor:
+        """The attention probabilities of forward, without dropout: -> (B, nh, Tq, Tk). For inspection."""
+        mask = self.mask[:, :, : x_q.size(1), : x_kv.size(1)].bool()
+        return attention_weights(self.split_heads(self.query(x_q)), self.split_heads(self.key(x_kv)), mask)
 
 
 class KVCache:

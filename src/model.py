@@ -191,6 +191,21 @@ class GPT(nn.Module):
             attn.query.weight.normal_(mean=0.0, std=qk_std)
             attn.key.weight.copy_(attn.query.weight)
 
+    @torch.no_grad()
+    def projection_attention(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Perceiver only: where its projections look when reading idx (B, T), without dropout.
+
+        Returns (down, up): down (B, nh, m, T), how much bottleneck position i
+        attends to input j; up (B, nh, T, m), how much output t attends to
+        bottleneck position j (m cropped to T on the fast path when T < m).
+        """
+        assert self.config.perceiver, "projection_attention is for the perceiver"
+        x = self.tok_emb(idx) + self.pos_emb[:, : idx.size(1)]
+        down, up = self.down_block, self.up_block
+        y = down(x)
+        basis = down.C[:, : y.size(1)].expand(idx.size(0), -1, -1)
+        return down.attn.weights(down.ln1(x), down.ln1(basis)), up.attn.weights(up.ln1(self.blocks(y)), up.ln1(x))
+
     def get_block_size(self) -> int:
         return self.config.block_size
 

@@ -169,28 +169,13 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
     assert shared_prefix_length(tokens[:, 1:], torch.tensor([4, 4, 4])) == 2
 
 
-def diagonal_attention(attn, x_q: torch.Tensor, x_kv: torch.Tensor, size: int) -> float:
-    """Mean attention weight of query i on key i, over heads and the first `size` queries."""
-    q, k = attn.split_heads(attn.query(x_q)), attn.split_heads(attn.key(x_kv))
-    scores = q @ k.transpose(-2, -1) / k.size(-1) ** 0.5
-    scores = scores.masked_fill(~attn.mask[:, :, : x_q.size(1), : x_kv.size(1)].bool(), float("-inf"))
-    return torch.diagonal(scores.softmax(-1)[..., :size, :size], dim1=-2, dim2=-1).mean().item()
-
-
 def perceiver_attention_at_start(perceiver_init: str) -> tuple[float, float]:
-    """(down, up): how much bottleneck position i reads input i, and output t reads bottleneck t, at init."""
+    """(down, up) at init: mean attention of bottleneck position i on input i, and of output t on bottleneck t."""
     torch.manual_seed(0)
     m = 64
-    config = GPTConfig(perceiver=True, bottleneck_dim=m, perceiver_init=perceiver_init)
-    model = GPT(config).eval()
-    with torch.no_grad():
-        x = model.tok_emb(torch.randint(1, 256, (4, 128))) + model.pos_emb
-        down, up = model.down_block, model.up_block
-        basis = down.C.expand(4, -1, -1)
-        y = model.blocks(down(x))
-        return diagonal_attention(down.attn, down.ln1(basis), down.ln1(x), m), diagonal_attention(
-            up.attn, up.ln1(x), up.ln1(y), m
-        )
+    model = GPT(GPTConfig(perceiver=True, bottleneck_dim=m, perceiver_init=perceiver_init)).eval()
+    down, up = model.projection_attention(torch.randint(1, 256, (4, 128)))
+    return tuple(torch.diagonal(w[..., :m, :m], dim1=-2, dim2=-1).mean().item() for w in (down, up))
 
 
 def test_aligned_perceiver_starts_with_both_projections_on_the_diagonal():
@@ -230,3 +215,13 @@ def test_cpu_info_reads_the_first_processors_fields(tmp_path):
     assert (info["cpu family"], info["model"], info["model name"]) == ("23", "1", "AMD EPYC")
     assert info["flags"].split() == ["fpu", "avx2"]
     assert cpu_info(tmp_path / "absent") == {}
+
+
+def test_projection_attention_rows_are_distributions_over_allowed_positions():
+    torch.manual_seed(0)
+    down, up = tiny(True, bottleneck_dim=5).projection_attention(torch.randint(0, 20, (2, 9)))
+    assert down.shape == (2, 2, 5, 9) and up.shape == (2, 2, 9, 5)
+    for weights in (down, up):
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        rows, cols = weights.shape[-2:]
+        assert not weights[..., ~torch.tril(torch.ones(rows, cols, dtype=torch.bool))].any()  # query i sees j <= i
