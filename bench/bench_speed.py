@@ -1,7 +1,7 @@
 """Speed benchmark: reference path vs fast path, measured in the same run.
 
     python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
-    python bench/bench_speed.py --parts train   # train | eval | finetune
+    python bench/bench_speed.py --parts train   # train | eval | finetune | optimizer
     python bench/bench_speed.py --parts train --compile   # also the fast path under --compile
     python bench/bench_speed.py --parts eval --trained_only --trained RUN/finetune.params   # a trained model only
 
@@ -10,7 +10,9 @@
     handout's loop computes), reference vs fast;
 (2) greedy decoding of the 500 dev questions: reference (one line at a time,
     full recompute) vs fast (batched; KV cache for vanilla);
-(3) a 10-epoch finetune on the 2,000 training questions with the fast path.
+(3) a 10-epoch finetune on the 2,000 training questions with the fast path;
+(4) with --parts optimizer: one optimizer step for vanilla's parameters, AdamW
+    (fused, the fast path's) against --optimizer muon (not run by default).
 
 Prints a markdown table and writes bench/results/speed.json. Wall-clock on a
 shared machine is noisy: compare the ratios, which are measured back to back.
@@ -34,7 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from dataset import CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from run import predict  # noqa: E402
-from trainer import Trainer, TrainerConfig  # noqa: E402
+from trainer import Trainer, TrainerConfig, make_optimizer  # noqa: E402
 from utils import autocast, cpu_name, write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
@@ -153,6 +155,23 @@ def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
     return {"variant": variant, "epochs": epochs, "examples": len(names), "seconds": time.perf_counter() - t0}
 
 
+def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
+    """Seconds per optimizer step for vanilla's parameters (random gradients), AdamW against Muon."""
+    out = {"steps": steps}
+    for name in ("adamw", "muon"):
+        model = model_for("vanilla", vocab_size, "fast")
+        for param in model.parameters():
+            param.grad = torch.randn_like(param)
+        optimizer = make_optimizer(model, TrainerConfig(optimizer=name))
+        for _ in range(2):  # warm-up: the first steps allocate the optimizer's state
+            optimizer.step()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            optimizer.step()
+        out[f"{name}_seconds"] = (time.perf_counter() - t0) / steps
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", nargs="+", default=["train", "eval", "finetune"], help="which measurements to run")
@@ -217,6 +236,13 @@ def main() -> None:
         f = finetune_time(ds, "vanilla", 10)
         result["finetune"] = f
         lines.append(f"| finetune 10 epochs, 2,000 examples | - | {f['seconds']:.0f} s | - |")
+    if "optimizer" in args.parts:
+        o = optimizer_step_time(ds.vocab_size)
+        result["optimizer"] = o
+        lines.append(
+            f"| optimizer step, vanilla: AdamW (fused) / Muon | - | {o['adamw_seconds']:.3f} s / "
+            f"{o['muon_seconds']:.3f} s | - |"
+        )
     table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
     result["table"] = table
     write_json_atomic(args.out, result)

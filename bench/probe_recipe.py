@@ -3,6 +3,7 @@
     python bench/probe_recipe.py 210 32,2e-3 128,2e-3 64,3e-3   # seconds per probe, then batch,lr pairs
     python bench/probe_recipe.py 240 128,2e-3 128,6e-3 --perceiver --doc_offset 14
     python bench/probe_recipe.py 300 128,5e-4 --perceiver --perceiver_init aligned --doc_offset 14
+    python bench/probe_recipe.py 240 32,1e-3 --optimizer muon --doc_offset 14
 
 Each probe trains a fresh vanilla model (--perceiver: the perceiver with m=64) (dropout 0, bf16, fast path) for the
 given number of seconds at a constant learning rate (a long run's peak), then
@@ -44,6 +45,7 @@ def probe(
     seconds: float,
     perceiver: bool = False,
     perceiver_init: str = "handout",
+    optimizer: str = "adamw",
 ) -> tuple[int, float]:
     """Train for `seconds`; returns (steps, mean loss on held_out)."""
     torch.manual_seed(0)
@@ -52,7 +54,8 @@ def probe(
         config = dataclasses.replace(config, perceiver=True, bottleneck_dim=64, perceiver_init=perceiver_init)
     model = GPT(config)
     model.set_impl("fast")
-    trainer = Trainer(model, ds, TrainerConfig(batch_size=batch, learning_rate=lr), CPU)  # for its batches and AdamW
+    train_config = TrainerConfig(batch_size=batch, learning_rate=lr, optimizer=optimizer)
+    trainer = Trainer(model, ds, train_config, CPU)  # for its batches and its optimizer
     model.train()
     t0, epoch, steps = time.time(), 0, 0
     while time.time() - t0 < seconds:
@@ -76,7 +79,7 @@ def main() -> None:
     argv = sys.argv[1:]
     perceiver = "--perceiver" in argv
     argv = [a for a in argv if a != "--perceiver"]
-    offset, init = 0, "handout"
+    offset, init, optimizer = 0, "handout", "adamw"
     if "--doc_offset" in argv:
         at = argv.index("--doc_offset")
         offset = int(argv[at + 1])
@@ -84,6 +87,10 @@ def main() -> None:
     if "--perceiver_init" in argv:
         at = argv.index("--perceiver_init")
         init = argv[at + 1]
+        del argv[at : at + 2]
+    if "--optimizer" in argv:
+        at = argv.index("--optimizer")
+        optimizer = argv[at + 1]
         del argv[at : at + 2]
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -96,13 +103,15 @@ def main() -> None:
     ds = CharCorruptionDataset(wiki, 128, max_offset=offset)
     for spec in argv[1:]:
         batch, lr = int(spec.split(",")[0]), float(spec.split(",")[1])
-        steps, loss = probe(ds, held_out, batch, lr, seconds, perceiver, init)
+        steps, loss = probe(ds, held_out, batch, lr, seconds, perceiver, init, optimizer)
         epochs = steps * batch / len(ds)
         print(f"batch {batch}, lr {lr:g}: {steps} steps ({epochs:.1f} epochs) in {seconds:g} s -> loss {loss:.3f}")
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "batch_size": batch, "lr": lr}
         record |= {"variant": "perceiver" if perceiver else "vanilla", "doc_offset": offset, "cpu": cpu_name()}
         if perceiver:
             record["perceiver_init"] = init
+        if optimizer != "adamw":
+            record["optimizer"] = optimizer
         with open(ROOT / "bench" / "results" / "probes.jsonl", "a") as f:
             f.write(json.dumps({**record, "steps": steps, "epochs": round(epochs, 1), "loss": round(loss, 3)}) + "\n")
 

@@ -243,6 +243,7 @@ def trainer_config(
         bf16=not args.fp32,
         compile=args.compile,
         token_weighted=args.token_weighted,
+        optimizer=args.optimizer,
         seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
         ckpt_every=args.ckpt_every,
@@ -254,7 +255,7 @@ RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
-    "max_example_len", "budget_cooldown", "perceiver_init",
+    "max_example_len", "budget_cooldown", "perceiver_init", "optimizer",
 )  # fmt: skip
 
 
@@ -579,6 +580,13 @@ def make_parser() -> argparse.ArgumentParser:
         choices=["fast", "reference"],
         default="fast",
         help="fast: bucketed vectorised batches, bf16, batched KV-cache decoding; reference: the handout's plain loop",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=["adamw", "muon"],
+        default="adamw",
+        help="adamw (the handout's) or muon: Muon for the blocks' weight matrices, AdamW for the rest, at the "
+        "same rate and decay (experimental; README)",
     )
     p.add_argument("--dropout", type=float, default=None, help="dropout of embeddings, attention and residuals (0.1)")
     p.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt")

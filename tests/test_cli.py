@@ -166,6 +166,12 @@ def test_a_document_context_outside_pretraining_is_a_one_line_error(tiny_corpus,
     one_line_error(capsys, "--doc_context is for pretrain only")
 
 
+def test_training_with_muon_is_recorded_in_the_params_sidecar(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--optimizer", "muon") == 0
+    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
+    assert sidecar["trainer"]["optimizer"] == "muon"
+
+
 def test_short_pretraining_examples_are_recorded_in_the_params_sidecar(tiny_corpus):
     assert pretrain("perceiver", tiny_corpus, "pt.params", 2, "--max_example_len", "32") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))

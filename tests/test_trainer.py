@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, lr_multiplier, make_optimizer
+from trainer import Muon, MuonAdamW, Trainer, TrainerConfig, lr_multiplier, make_optimizer, orthogonalize
 
 WARM, FINAL = 10_240, 1_000_000
 
@@ -68,6 +68,53 @@ def test_fast_path_uses_the_fused_adamw_and_the_reference_path_the_default():
     assert not make_optimizer(model, TrainerConfig(impl="reference")).defaults["fused"]
 
 
+@pytest.mark.parametrize("shape", [(24, 24), (16, 48), (48, 16)])
+def test_orthogonalize_keeps_the_singular_vectors_and_pushes_the_singular_values_towards_one(shape):
+    torch.manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(shape[0], min(shape)))
+    v, _ = torch.linalg.qr(torch.randn(shape[1], min(shape)))
+    spread = torch.logspace(-1, 1, min(shape))  # singular values from 0.1 to 10
+    out = orthogonalize(u @ torch.diag(spread) @ v.T)
+    assert out.shape == shape
+    inner = u.T @ out @ v  # diagonal when out has the same singular vectors
+    assert (inner - torch.diag(inner.diagonal())).abs().max() < 1e-4
+    assert inner.diagonal().min() > 0.6 and inner.diagonal().max() < 1.25
+
+
+@pytest.mark.parametrize("shape", [(32, 32), (16, 64), (64, 16)])
+def test_a_muon_step_has_the_rms_of_a_typical_adamw_step_whatever_the_shape(shape):
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(shape))
+    weight.grad = torch.randn(shape)
+    before = weight.detach().clone()
+    Muon([weight], lr=1e-3).step()
+    rms = (weight.detach() - before).pow(2).mean().sqrt().item()
+    assert 0.15e-3 < rms < 0.25e-3  # AdamW's steps have an RMS of about 0.2 * lr
+
+
+def test_muon_decays_its_weights_like_adamw():
+    weight = torch.nn.Parameter(torch.ones(4, 4))
+    weight.grad = torch.zeros(4, 4)  # no gradient: only the decay moves the weights
+    Muon([weight], lr=0.1, weight_decay=0.5).step()
+    assert torch.allclose(weight.detach(), torch.full((4, 4), 0.95))
+
+
+def test_muon_optimizer_gives_the_hidden_matrices_to_muon_and_the_rest_to_adamw():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, perceiver=True, bottleneck_dim=4))
+    opt = make_optimizer(model, TrainerConfig(optimizer="muon"))
+    assert isinstance(opt, MuonAdamW)
+    names = {id(p): n for n, p in model.named_parameters()}
+    muon = {names[id(p)] for group in opt.muon.param_groups for p in group["params"]}
+    adamw = {names[id(p)] for group in opt.adamw.param_groups for p in group["params"]}
+    assert "blocks.0.attn.key.weight" in muon and "blocks.0.mlp.0.weight" in muon
+    assert "down_block.attn.query.weight" in muon and "up_block.mlp.2.weight" in muon
+    for n in ("head.weight", "tok_emb.weight", "pos_emb", "down_block.C", "ln_f.weight", "blocks.0.attn.key.bias"):
+        assert n in adamw
+    assert not muon & adamw and len(muon) + len(adamw) == len(names)
+    assert all(group["weight_decay"] == 0.1 for group in opt.muon.param_groups)
+    assert {names[id(p)] for p in opt.adamw.param_groups[0]["params"]} == {"head.weight"}  # the decayed group
+
+
 def tiny_run(impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, **config) -> list[float]:
     torch.manual_seed(seed)
     text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
@@ -82,6 +129,11 @@ def tiny_run(impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, **c
 @pytest.mark.parametrize("impl", ["fast", "reference"])
 def test_training_reduces_the_loss(impl):
     losses = tiny_run(impl, steps=15)
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+
+
+def test_training_with_muon_reduces_the_loss():
+    losses = tiny_run("fast", steps=15, optimizer="muon")
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
 
 
