@@ -342,6 +342,7 @@ def resolved(*argv: str):
 def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
     pre = resolved("pretrain", "vanilla", "wiki.txt")
     assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout, pre.doc_offset) == (650, 128, 6e-3, 0.1, 0)
+    assert pre.optimizer == "adamw"
     cfg = run.trainer_config(pre, 2937)
     assert cfg.final_tokens == 200 * 2937 * 128 and not cfg.cosine_cap
     fin = resolved("finetune", "vanilla", "wiki.txt", "--reading_params_path", "x")
@@ -368,6 +369,31 @@ def test_cpu_preset_finetunes_a_pretrained_model_gently_without_dropout():
 def test_cpu_preset_finetunes_from_scratch_like_the_handout():
     args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu")
     assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (75, 256, 6e-4, 0.1)
+
+
+def test_cpu_fp32_preset_pretrains_with_muon_at_batch_32_over_a_46_epoch_cosine():
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
+    assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 46)
+    assert (args.dropout, args.doc_offset) == (0.0, 14)
+    cfg = run.trainer_config(args, 2937)
+    assert cfg.optimizer == "muon" and cfg.cosine_cap and cfg.final_tokens == 46 * 2937 * 127
+
+
+def test_cpu_fp32_preset_finetunes_with_adamw_as_the_cpu_preset_does():
+    for extra in ([], ["--reading_params_path", "x"]):
+        fp32 = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu_fp32", *extra)
+        cpu = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", *extra)
+        assert fp32.optimizer == cpu.optimizer == "adamw"
+        assert (fp32.max_epochs, fp32.batch_size, fp32.finetune_lr, fp32.dropout) == (
+            cpu.max_epochs, cpu.batch_size, cpu.finetune_lr, cpu.dropout
+        )  # fmt: skip
+
+
+def test_an_explicit_optimizer_wins_over_every_preset():
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--optimizer", "muon").optimizer == "muon"
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--optimizer", "adamw")
+    assert args.optimizer == "adamw"
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").optimizer == "adamw"
 
 
 def test_params_sidecar_records_dropout_and_doc_offset(tiny_corpus):
