@@ -1,9 +1,10 @@
 """Finetuning settings compared on one pretrained model: dev accuracy of each.
 
     python bench/finetune_sweep.py vanilla bench/runs/offset14_480ep_seed0/pretrain.params \\
-        6e-4,0.1,10,256 6e-4,0.0,10,256 3e-4,0.0,20,64 [--seeds 0,1]
+        6e-4,0.1,10,256 6e-4,0.0,10,256 3e-4,0.0,20,64 5e-5,0.0,10,256,2 [--seeds 0,1]
 
-Each setting is "lr,dropout,epochs,batch". For each setting and seed, the
+Each setting is "lr,dropout,epochs,batch" with an optional fifth field, the
+blocks kept frozen (run.py --freeze_blocks; default 0). For each setting and seed, the
 pretrained params are finetuned on birth_places_train.tsv with run.py (fast
 path) and evaluated on birth_dev.tsv; the accuracy and seconds are printed and
 appended to bench/results/finetune_sweep.jsonl. Finetuning takes about a minute
@@ -30,9 +31,10 @@ RESULTS = ROOT / "bench" / "results" / "finetune_sweep.jsonl"
 
 
 def parse_setting(text: str) -> dict:
-    """ "6e-4,0.1,10,256" -> {"lr": 6e-4, "dropout": 0.1, "epochs": 10, "batch": 256}."""
-    lr, dropout, epochs, batch = text.split(",")
-    return {"lr": float(lr), "dropout": float(dropout), "epochs": int(epochs), "batch": int(batch)}
+    """ "6e-4,0.1,10,256[,2]" -> {"lr": 6e-4, "dropout": 0.1, "epochs": 10, "batch": 256, "frozen": 2}."""
+    lr, dropout, epochs, batch, *frozen = text.split(",")
+    setting = {"lr": float(lr), "dropout": float(dropout), "epochs": int(epochs), "batch": int(batch)}
+    return {**setting, "frozen": int(frozen[0]) if frozen else 0}
 
 
 def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, work: Path) -> dict:
@@ -45,7 +47,7 @@ def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, wor
     finetune = ["finetune", *common, "--reading_params_path", str(params), "--writing_params_path", str(ft),
                 "--finetune_corpus_path", "birth_places_train.tsv", "--finetune_lr", str(setting["lr"]),
                 "--dropout", str(setting["dropout"]), "--max_epochs", str(setting["epochs"]),
-                "--batch_size", str(setting["batch"])]  # fmt: skip
+                "--batch_size", str(setting["batch"]), "--freeze_blocks", str(setting["frozen"])]  # fmt: skip
     evaluate = ["evaluate", *common, "--reading_params_path", str(ft), "--eval_corpus_path", "birth_dev.tsv",
                 "--outputs_path", str(work / "dev.predictions")]  # fmt: skip
     ft_seconds, _ = timed(run + finetune, work / "finetune.log")
@@ -77,7 +79,7 @@ def main() -> None:
                 f.write(json.dumps(record) + "\n")
             print(
                 f"lr {setting['lr']:g}, dropout {setting['dropout']:g}, {setting['epochs']} epochs, "
-                f"batch {setting['batch']}, seed {seed}: dev {record['dev_accuracy']:.1%} "
+                f"batch {setting['batch']}, {setting['frozen']} blocks frozen, seed {seed}: dev {record['dev_accuracy']:.1%} "
                 f"(finetune {record['finetune_seconds']:.0f} s)",
                 flush=True,
             )

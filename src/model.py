@@ -206,6 +206,26 @@ class GPT(nn.Module):
         basis = down.C[:, : y.size(1)].expand(idx.size(0), -1, -1)
         return down.attn.weights(down.ln1(x), down.ln1(basis)), up.attn.weights(up.ln1(self.blocks(y)), up.ln1(x))
 
+    def freeze_lower(self, n_blocks: int) -> int:
+        """Stop training the embeddings and the first n_blocks blocks, in forward order; returns
+        how many parameters were frozen.
+
+        For finetuning a pretrained model: the lower layers keep exactly what pretraining put there,
+        and backpropagation stops above them, so a step costs less. The perceiver's blocks in
+        forward order are the down-projection, the middle blocks, then the up-projection.
+        """
+        stages = [self.down_block, *self.blocks, self.up_block] if self.config.perceiver else [*self.blocks]
+        if not 0 <= n_blocks <= len(stages):
+            raise ValueError(f"n_blocks must be between 0 and {len(stages)}, got {n_blocks}")
+        if n_blocks == 0:
+            return 0
+        frozen = [self.tok_emb.weight, self.pos_emb]
+        for stage in stages[:n_blocks]:
+            frozen += list(stage.parameters())
+        for p in frozen:
+            p.requires_grad_(False)
+        return sum(p.numel() for p in frozen)
+
     def get_block_size(self) -> int:
         return self.config.block_size
 

@@ -268,7 +268,7 @@ RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
-    "max_example_len", "budget_cooldown", "perceiver_init", "optimizer",
+    "max_example_len", "budget_cooldown", "perceiver_init", "optimizer", "freeze_blocks",
 )  # fmt: skip
 
 
@@ -309,6 +309,11 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
     if args.reading_params_path is not None:
         load_params(model, pretrain_dataset.vocab, args.reading_params_path)  # checked even when resuming
+    if args.freeze_blocks:
+        frozen = model.freeze_lower(args.freeze_blocks)
+        print(
+            f"finetuning with the embeddings and the first {args.freeze_blocks} blocks frozen ({frozen:,} parameters)"
+        )
     if ckpt is None and ckpt_path.exists():
         print(
             f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
@@ -539,6 +544,12 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="finetune only (experimental): also train on span-corruption examples of the corpus in every epoch",
     )
+    p.add_argument(
+        "--freeze_blocks",
+        type=int,
+        default=0,
+        help="finetune only (experimental): keep the embeddings and the first N blocks as pretrained (0: train all)",
+    )
     p.add_argument("--eval_corpus_path", default=None, help="questions (with or without places) to answer")
     p.add_argument("--outputs_path", default=None, help="where to write one prediction per input line")
     p.add_argument(
@@ -643,6 +654,10 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"--max_example_len must be between 16 and {BLOCK_SIZE}, got {args.max_example_len}")
     if args.mix_corpus and args.function != "finetune":
         raise UserError("--mix_corpus is for finetune only")
+    if args.freeze_blocks and args.function != "finetune":
+        raise UserError("--freeze_blocks is for finetune only")
+    if not 0 <= args.freeze_blocks <= args.n_layer:  # the perceiver's n_layer counts down, middle and up
+        raise UserError(f"--freeze_blocks must be between 0 and {args.n_layer}, got {args.freeze_blocks}")
     apply_preset(args)
     seed_everything(args.seed)
     device, rank = init_distributed(args.device)

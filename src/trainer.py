@@ -164,9 +164,10 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     basis do not (they are looked up or added, not multiplied, so shrinking them
     towards zero is not a useful prior). Muon takes every decayed weight except the
     output layer `head`, which, like the embeddings, stays with AdamW as Muon's authors advise.
+    Frozen parameters (requires_grad False, see GPT.freeze_lower) are in neither.
     """
     decay = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    params = dict(model.named_parameters())
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are
     hidden = {n for n in decay if not n.startswith("head.")} if config.optimizer == "muon" else set()
     groups = [
         {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
@@ -181,6 +182,8 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     if config.optimizer != "muon":
         raise ValueError(f"unknown optimizer {config.optimizer!r}")
     matrices = [p for n, p in params.items() if n in hidden]
+    if not matrices:  # every hidden matrix frozen: AdamW has the rest
+        return adamw
     # bf16 only where it is native and the fast path asks for it, as for the forward pass.
     native_bf16 = config.impl == "fast" and config.bf16 and bf16_supported(matrices[0].device)
     ns_dtype = torch.bfloat16 if native_bf16 else torch.float32

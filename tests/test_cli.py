@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import PEOPLE, REPO_ROOT, TINY_MODEL, real_data
 
 import run
@@ -170,6 +171,25 @@ def test_training_with_muon_is_recorded_in_the_params_sidecar(tiny_corpus):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--optimizer", "muon") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
     assert sidecar["trainer"]["optimizer"] == "muon"
+
+
+def test_finetuning_with_frozen_blocks_keeps_them_as_pretrained(tiny_corpus, tiny_train_tsv, capsys):
+    assert pretrain("vanilla", tiny_corpus) == 0
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", "pt.params", 3, "--freeze_blocks", "1") == 0
+    assert "first 1 blocks frozen" in capsys.readouterr().out
+    pretrained, finetuned = torch.load("pt.params"), torch.load("ft.params")
+    assert torch.equal(pretrained["blocks.0.mlp.0.weight"], finetuned["blocks.0.mlp.0.weight"])
+    assert not torch.equal(pretrained["head.weight"], finetuned["head.weight"])
+
+
+def test_frozen_blocks_outside_finetuning_are_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--freeze_blocks", "1") == 2
+    one_line_error(capsys, "--freeze_blocks is for finetune only")
+
+
+def test_freezing_more_blocks_than_the_model_has_is_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--freeze_blocks", "9") == 2
+    one_line_error(capsys, "--freeze_blocks must be between 0 and")
 
 
 def test_short_pretraining_examples_are_recorded_in_the_params_sidecar(tiny_corpus):

@@ -225,3 +225,24 @@ def test_projection_attention_rows_are_distributions_over_allowed_positions():
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
         rows, cols = weights.shape[-2:]
         assert not weights[..., ~torch.tril(torch.ones(rows, cols, dtype=torch.bool))].any()  # query i sees j <= i
+
+
+def test_freezing_the_lower_vanilla_blocks_leaves_the_upper_ones_and_the_head_trainable():
+    model = tiny()
+    frozen = model.freeze_lower(1)
+    fixed = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert fixed == {"tok_emb.weight", "pos_emb"} | {f"blocks.0.{n}" for n, _ in model.blocks[0].named_parameters()}
+    assert frozen == sum(p.numel() for n, p in model.named_parameters() if n in fixed)
+
+
+def test_freezing_the_perceiver_counts_its_down_projection_as_the_first_block():
+    model = tiny(perceiver=True)
+    model.freeze_lower(1)
+    fixed = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert "down_block.C" in fixed and "down_block.attn.query.weight" in fixed
+    assert not any(n.startswith(("blocks.", "up_block.", "head.", "ln_f.")) for n in fixed)
+
+
+def test_freezing_more_blocks_than_the_model_has_is_refused():
+    with pytest.raises(ValueError, match="between 0 and"):
+        tiny().freeze_lower(99)

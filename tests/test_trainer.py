@@ -265,3 +265,28 @@ def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sor
     assert sorted(np.concatenate(bucketed)) == sorted(np.concatenate(unbucketed))  # the same examples
     spread = lambda batches: np.mean([b.max() - b.min() for b in batches])  # noqa: E731
     assert spread(bucketed) < spread(unbucketed)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_training_leaves_frozen_parameters_exactly_as_they_were(optimizer):
+    torch.manual_seed(0)
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    model.freeze_lower(1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = TrainerConfig(max_epochs=1, batch_size=8, learning_rate=1e-2, max_steps=3, optimizer=optimizer)
+    Trainer(model, ds, cfg, torch.device("cpu")).train()
+    for n, p in model.named_parameters():
+        if n.startswith(("tok_emb", "pos_emb", "blocks.0.")):
+            assert torch.equal(p, before[n]), n
+    assert not torch.equal(model.blocks[1].mlp[0].weight, before["blocks.1.mlp.0.weight"])
+
+
+def test_the_optimizer_holds_no_frozen_parameter():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    model.freeze_lower(2)
+    opt = make_optimizer(model, TrainerConfig(optimizer="muon"))  # every hidden matrix frozen: AdamW alone
+    held = {id(p) for group in opt.param_groups for p in group["params"]}
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert held == trainable and trainable
