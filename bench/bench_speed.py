@@ -12,7 +12,8 @@
     full recompute) vs fast (batched; KV cache for vanilla);
 (3) a 10-epoch finetune on the 2,000 training questions with the fast path;
 (4) with --parts optimizer: one optimizer step for vanilla's parameters, AdamW
-    (fused, the fast path's) against --optimizer muon (not run by default).
+    (fused, the fast path's) against --optimizer muon, and Muon's Newton–Schulz
+    iteration against the fast path's version of it (not run by default).
 
 Prints a markdown table and writes bench/results/speed.json. Wall-clock on a
 shared machine is noisy: compare the ratios, which are measured back to back.
@@ -156,13 +157,19 @@ def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
 
 
 def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
-    """Seconds per optimizer step for vanilla's parameters (random gradients), AdamW against Muon."""
+    """Seconds per optimizer step for vanilla's parameters (random gradients): AdamW, Muon as the fast
+    path has it here, and Muon with the Newton–Schulz iteration (`muon_iterated`, what GPUs and bf16 CPUs
+    run; on a CPU without native bf16 the fast path computes it from one eigendecomposition instead)."""
     out = {"steps": steps}
-    for name in ("adamw", "muon"):
+    for name in ("adamw", "muon", "muon_iterated"):
         model = model_for("vanilla", vocab_size, "fast")
         for param in model.parameters():
             param.grad = torch.randn_like(param)
-        optimizer = make_optimizer(model, TrainerConfig(optimizer=name))
+        optimizer = make_optimizer(model, TrainerConfig(optimizer=name.removesuffix("_iterated")))
+        if name == "muon_iterated":
+            optimizer.muon.spectral = False
+        elif name == "muon":
+            out["muon_spectral"] = optimizer.muon.spectral
         for _ in range(2):  # warm-up: the first steps allocate the optimizer's state
             optimizer.step()
         t0 = time.perf_counter()
@@ -242,6 +249,11 @@ def main() -> None:
         lines.append(
             f"| optimizer step, vanilla: AdamW (fused) / Muon | - | {o['adamw_seconds']:.3f} s / "
             f"{o['muon_seconds']:.3f} s | - |"
+        )
+        lines.append(
+            f"| Muon step: iterated / fast ({'spectral' if o['muon_spectral'] else 'iterated'}) | "
+            f"{o['muon_iterated_seconds']:.3f} s | {o['muon_seconds']:.3f} s | "
+            f"{o['muon_iterated_seconds'] / o['muon_seconds']:.2f}x |"
         )
     table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
     result["table"] = table
