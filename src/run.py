@@ -199,7 +199,7 @@ PRESETS = {
         "finetune_pretrained": _CPU_FINETUNE_PRETRAINED,
     },
     "cpu_fp32": {
-        "pretrain": {"max_epochs": 46, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0, "doc_offset": 14,
+        "pretrain": {"max_epochs": 60, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0, "doc_offset": 14,
                      "optimizer": "muon", "schedule": "run"},
         "finetune": _CPU_FINETUNE,
         "finetune_pretrained": _CPU_FINETUNE_PRETRAINED,

@@ -391,12 +391,12 @@ def test_cpu_preset_finetunes_from_scratch_like_the_handout():
     assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (75, 256, 6e-4, 0.1)
 
 
-def test_cpu_fp32_preset_pretrains_with_muon_at_batch_32_over_a_46_epoch_cosine():
+def test_cpu_fp32_preset_pretrains_with_muon_at_batch_32_over_a_60_epoch_cosine():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
-    assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 46)
+    assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 60)
     assert (args.dropout, args.doc_offset) == (0.0, 14)
     cfg = run.trainer_config(args, 2937)
-    assert cfg.optimizer == "muon" and cfg.cosine_cap and cfg.final_tokens == 46 * 2937 * 127
+    assert cfg.optimizer == "muon" and cfg.cosine_cap and cfg.final_tokens == 60 * 2937 * 127
 
 
 def test_cpu_fp32_preset_finetunes_with_adamw_as_the_cpu_preset_does():
