@@ -1,14 +1,15 @@
 """Finetuning settings compared on one pretrained model: dev accuracy of each.
 
     python bench/finetune_sweep.py vanilla bench/runs/offset14_480ep_seed0/pretrain.params \\
-        6e-4,0.1,10,256 6e-4,0.0,10,256 3e-4,0.0,20,64 5e-5,0.0,10,256,2 [--seeds 0,1]
+        6e-4,0.1,10,256 6e-4,0.0,10,256 3e-4,0.0,20,64 5e-5,0.0,10,256,2 5e-5,0.0,10,256,0,muon [--seeds 0,1]
 
 Each setting is "lr,dropout,epochs,batch" with an optional fifth field, the
-blocks kept frozen (run.py --freeze_blocks; default 0). For each setting and seed, the
+blocks kept frozen (run.py --freeze_blocks; default 0), and an optional sixth,
+the optimizer (run.py --optimizer: adamw, the default, or muon). For each setting and seed, the
 pretrained params are finetuned on birth_places_train.tsv with run.py (fast
 path) and evaluated on birth_dev.tsv; the accuracy and seconds are printed and
 appended to bench/results/finetune_sweep.jsonl. Finetuning takes about a minute
-per setting on the 2-core CPU. Choosing settings by dev accuracy tunes on dev:
+per setting on the 2-core Xeon with AMX, five to six on the Zen 1 EPYC (fp32). Choosing settings by dev accuracy tunes on dev:
 report the choice with that caveat, and confirm it on a second pretrained model.
 """
 
@@ -28,13 +29,21 @@ sys.path.insert(0, str(ROOT / "bench"))
 from time_to_accuracy import timed  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "finetune_sweep.jsonl"
+SETTING_FORM = '"lr,dropout,epochs,batch[,frozen[,adamw|muon]]"'
 
 
 def parse_setting(text: str) -> dict:
-    """ "6e-4,0.1,10,256[,2]" -> {"lr": 6e-4, "dropout": 0.1, "epochs": 10, "batch": 256, "frozen": 2}."""
-    lr, dropout, epochs, batch, *frozen = text.split(",")
-    setting = {"lr": float(lr), "dropout": float(dropout), "epochs": int(epochs), "batch": int(batch)}
-    return {**setting, "frozen": int(frozen[0]) if frozen else 0}
+    """ "6e-4,0.1,10,256[,2[,muon]]" -> {"lr": 6e-4, "dropout": 0.1, "epochs": 10, "batch": 256, "frozen": 2,
+    "optimizer": "muon"}; a bad setting exits with a one-line error."""
+    fields = text.split(",")
+    if not 4 <= len(fields) <= 6 or (len(fields) == 6 and fields[5] not in ("adamw", "muon")):
+        sys.exit(f"finetune_sweep.py: bad setting {text!r}: expected {SETTING_FORM}")
+    try:
+        setting = {"lr": float(fields[0]), "dropout": float(fields[1]), "epochs": int(fields[2]),
+                   "batch": int(fields[3]), "frozen": int(fields[4]) if len(fields) > 4 else 0}  # fmt: skip
+    except ValueError:
+        sys.exit(f"finetune_sweep.py: bad setting {text!r}: expected {SETTING_FORM}")
+    return {**setting, "optimizer": fields[5] if len(fields) > 5 else "adamw"}
 
 
 def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, work: Path) -> dict:
@@ -47,7 +56,8 @@ def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, wor
     finetune = ["finetune", *common, "--reading_params_path", str(params), "--writing_params_path", str(ft),
                 "--finetune_corpus_path", "birth_places_train.tsv", "--finetune_lr", str(setting["lr"]),
                 "--dropout", str(setting["dropout"]), "--max_epochs", str(setting["epochs"]),
-                "--batch_size", str(setting["batch"]), "--freeze_blocks", str(setting["frozen"])]  # fmt: skip
+                "--batch_size", str(setting["batch"]), "--freeze_blocks", str(setting["frozen"]),
+                "--optimizer", setting["optimizer"]]  # fmt: skip
     evaluate = ["evaluate", *common, "--reading_params_path", str(ft), "--eval_corpus_path", "birth_dev.tsv",
                 "--outputs_path", str(work / "dev.predictions")]  # fmt: skip
     ft_seconds, _ = timed(run + finetune, work / "finetune.log")
@@ -60,7 +70,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("variant", choices=["vanilla", "perceiver"], help="model variant of the params")
     p.add_argument("params", type=Path, help="pretrained params (run.py pretrain --writing_params_path)")
-    p.add_argument("settings", nargs="+", help='finetuning settings, each "lr,dropout,epochs,batch"')
+    p.add_argument("settings", nargs="+", help=f"finetuning settings, each {SETTING_FORM}")
     p.add_argument("--seeds", default="0", help="comma-separated finetuning seeds")
     args = p.parse_args()
     settings = [parse_setting(s) for s in args.settings]
@@ -79,7 +89,7 @@ def main() -> None:
                 f.write(json.dumps(record) + "\n")
             print(
                 f"lr {setting['lr']:g}, dropout {setting['dropout']:g}, {setting['epochs']} epochs, "
-                f"batch {setting['batch']}, {setting['frozen']} blocks frozen, seed {seed}: dev {record['dev_accuracy']:.1%} "
+                f"batch {setting['batch']}, {setting['frozen']} blocks frozen, {setting['optimizer']}, seed {seed}: dev {record['dev_accuracy']:.1%} "
                 f"(finetune {record['finetune_seconds']:.0f} s)",
                 flush=True,
             )
