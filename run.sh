@@ -46,7 +46,8 @@ from run import PRESETS
 from utils import cpu_info
 preset, device, budget, *epochs = sys.argv[1:]
 pre = int(epochs[0] or PRESETS[preset]["pretrain"]["max_epochs"])
-ft, nopre = int(epochs[1] or 10), int(epochs[2] or 75)
+ft = int(epochs[1] or PRESETS[preset]["finetune_pretrained"]["max_epochs"])
+nopre = int(epochs[2] or 75)
 # Seconds per pretraining epoch (vanilla, perceiver) and per finetuning epoch, measured on three
 # 2-core CPUs (README, "Speed"): the Xeon with AMX the preset was tuned on (cpu: the runs in
 # bench/results/time_to_accuracy.jsonl; handout: bench/results/speed.json), an AMD EPYC with
@@ -75,7 +76,7 @@ print(f"about {s / 60:.0f} minutes on {cpu}{held}" if device == "cpu" else "well
 PY
 )
 echo "run.sh: device $DEVICE, preset $PRESET; pretrain ${PRETRAIN_EPOCHS:-preset} epochs (budget: $BUDGET minutes)," \
-  "finetune ${FINETUNE_EPOCHS:-10} epochs (from scratch: ${NOPRETRAIN_EPOCHS:-75}); expected time: $estimate" \
+  "finetune ${FINETUNE_EPOCHS:-preset} epochs (from scratch: ${NOPRETRAIN_EPOCHS:-75}); expected time: $estimate" \
   "(a guess from the CPU's kind; each training step prints a projection measured on its first epoch)"
 
 RUN="python src/run.py"

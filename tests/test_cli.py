@@ -399,14 +399,19 @@ def test_cpu_fp32_preset_pretrains_with_muon_at_batch_32_over_a_60_epoch_cosine(
     assert cfg.optimizer == "muon" and cfg.cosine_cap and cfg.final_tokens == 60 * 2937 * 127
 
 
-def test_cpu_fp32_preset_finetunes_with_adamw_as_the_cpu_preset_does():
-    for extra in ([], ["--reading_params_path", "x"]):
-        fp32 = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu_fp32", *extra)
-        cpu = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", *extra)
-        assert fp32.optimizer == cpu.optimizer == "adamw"
-        assert (fp32.max_epochs, fp32.batch_size, fp32.finetune_lr, fp32.dropout) == (
-            cpu.max_epochs, cpu.batch_size, cpu.finetune_lr, cpu.dropout
-        )  # fmt: skip
+def test_cpu_fp32_preset_finetunes_from_scratch_as_the_cpu_preset_does():
+    fp32 = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
+    cpu = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu")
+    assert fp32.optimizer == cpu.optimizer == "adamw"
+    assert (fp32.max_epochs, fp32.batch_size, fp32.finetune_lr, fp32.dropout) == (
+        cpu.max_epochs, cpu.batch_size, cpu.finetune_lr, cpu.dropout
+    )  # fmt: skip
+
+
+def test_cpu_fp32_preset_finetunes_a_pretrained_model_for_5_epochs_at_1e_4_with_adamw():
+    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--reading_params_path", "x")
+    assert args.optimizer == "adamw"
+    assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (5, 256, 1e-4, 0.0)
 
 
 def test_an_explicit_optimizer_wins_over_every_preset():
