@@ -19,6 +19,9 @@ evaluated like the final model, and logged as its own line: what a user who
 had stopped pretraining at that point would have got (with the learning rate
 not yet decayed, since the schedule was planned for the whole run). Its
 pretraining time is the checkpoint's write time, measured from the start.
+A snapshot is the latest checkpoint written by then (every --ckpt_every steps,
+100 by default: about 1.8 minutes on the Zen 1 EPYC), so two snapshots closer
+than that may copy the same one; the later is then skipped.
 
 """
 
@@ -239,14 +242,19 @@ def main() -> None:
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
     batches_per_epoch = round(sidecar["steps"] / sidecar["epochs_done"])  # the same in every epoch
 
+    taken: dict[float, str] = {}  # checkpoint write time -> the snapshot that copied it
     for when, ckpt_copy in snapshots.items():
         if not ckpt_copy.is_file():
             print(f"{name}: no snapshot at {label(when)} (pretraining ended first)")
             continue
+        timing = json.loads(ckpt_copy.with_suffix(".json").read_text())
+        if timing["pretrain_seconds"] in taken:  # no checkpoint was written between the two snapshots
+            print(f"{name}: the snapshot at {label(when)} is the one at {taken[timing['pretrain_seconds']]}; skipped")
+            continue
+        taken[timing["pretrain_seconds"]] = label(when)
         ckpt = torch.load(ckpt_copy, weights_only=True)
         snap_params = out / f"snap{label(when)}.pretrain.params"
         torch.save(ckpt["model"], snap_params)
-        timing = json.loads(ckpt_copy.with_suffix(".json").read_text())
         snap = {
             **record,
             "name": f"{name}@{label(when)}",
