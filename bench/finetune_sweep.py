@@ -5,7 +5,8 @@
 
 Each setting is "lr,dropout,epochs,batch" with an optional fifth field, the
 blocks kept frozen (run.py --freeze_blocks; default 0), and an optional sixth,
-the optimizer (run.py --optimizer: adamw, the default, or muon). For each setting and seed, the
+the optimizer (run.py --optimizer: adamw, the default, or muon); --mix_corpus adds run.py's
+--mix_corpus to every setting. For each setting and seed, the
 pretrained params are finetuned on birth_places_train.tsv with run.py (fast
 path) and evaluated on birth_dev.tsv; the accuracy and seconds are printed and
 appended to bench/results/finetune_sweep.jsonl. Finetuning takes about a minute
@@ -46,20 +47,29 @@ def parse_setting(text: str) -> dict:
     return {**setting, "optimizer": fields[5] if len(fields) > 5 else "adamw"}
 
 
-def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, work: Path) -> dict:
+def common_args(variant: str, seed: int) -> list[str]:
+    """The run.py arguments that finetuning and evaluation share."""
+    common = [variant, "wiki.txt", "--seed", str(seed), "--tb_expt_name", "finetune_sweep"]
+    return common + (["--bottleneck_dim", "64"] if variant == "perceiver" else [])
+
+
+def finetune_args(variant: str, params: Path, setting: dict, seed: int, out: Path, mix_corpus: bool) -> list[str]:
+    """run.py's arguments to finetune `params` with `setting` into `out` (mix_corpus: run.py --mix_corpus)."""
+    finetune = ["finetune", *common_args(variant, seed), "--reading_params_path", str(params),
+                "--writing_params_path", str(out), "--finetune_corpus_path", "birth_places_train.tsv",
+                "--finetune_lr", str(setting["lr"]), "--dropout", str(setting["dropout"]),
+                "--max_epochs", str(setting["epochs"]), "--batch_size", str(setting["batch"]),
+                "--freeze_blocks", str(setting["frozen"]), "--optimizer", setting["optimizer"]]  # fmt: skip
+    return finetune + (["--mix_corpus"] if mix_corpus else [])
+
+
+def finetune_and_score(variant: str, params: Path, setting: dict, seed: int, work: Path, mix_corpus: bool) -> dict:
     """Finetune `params` with `setting`, evaluate on dev; returns seconds and accuracy."""
     run = [sys.executable, "src/run.py"]
-    common = [variant, "wiki.txt", "--seed", str(seed), "--tb_expt_name", "finetune_sweep"]
-    if variant == "perceiver":
-        common += ["--bottleneck_dim", "64"]
     ft = work / "finetune.params"
-    finetune = ["finetune", *common, "--reading_params_path", str(params), "--writing_params_path", str(ft),
-                "--finetune_corpus_path", "birth_places_train.tsv", "--finetune_lr", str(setting["lr"]),
-                "--dropout", str(setting["dropout"]), "--max_epochs", str(setting["epochs"]),
-                "--batch_size", str(setting["batch"]), "--freeze_blocks", str(setting["frozen"]),
-                "--optimizer", setting["optimizer"]]  # fmt: skip
-    evaluate = ["evaluate", *common, "--reading_params_path", str(ft), "--eval_corpus_path", "birth_dev.tsv",
-                "--outputs_path", str(work / "dev.predictions")]  # fmt: skip
+    finetune = finetune_args(variant, params, setting, seed, ft, mix_corpus)
+    evaluate = ["evaluate", *common_args(variant, seed), "--reading_params_path", str(ft),
+                "--eval_corpus_path", "birth_dev.tsv", "--outputs_path", str(work / "dev.predictions")]  # fmt: skip
     ft_seconds, _ = timed(run + finetune, work / "finetune.log")
     _, text = timed(run + evaluate, work / "evaluate.log")
     correct, total = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text).groups()
@@ -72,6 +82,11 @@ def main() -> None:
     p.add_argument("params", type=Path, help="pretrained params (run.py pretrain --writing_params_path)")
     p.add_argument("settings", nargs="+", help=f"finetuning settings, each {SETTING_FORM}")
     p.add_argument("--seeds", default="0", help="comma-separated finetuning seeds")
+    p.add_argument(
+        "--mix_corpus",
+        action="store_true",
+        help="every setting also trains on span-corruption examples of wiki.txt (run.py --mix_corpus)",
+    )
     args = p.parse_args()
     settings = [parse_setting(s) for s in args.settings]
     for setting in settings:
@@ -81,15 +96,19 @@ def main() -> None:
                     "params": str(args.params),
                     "variant": args.variant,
                     **setting,
+                    "mix_corpus": args.mix_corpus,
                     "seed": seed,
                     "started": time.strftime("%Y-%m-%d %H:%M"),
-                    **finetune_and_score(args.variant, args.params.resolve(), setting, seed, Path(work)),
+                    **finetune_and_score(
+                        args.variant, args.params.resolve(), setting, seed, Path(work), args.mix_corpus
+                    ),  # fmt: skip
                 }
             with open(RESULTS, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(
                 f"lr {setting['lr']:g}, dropout {setting['dropout']:g}, {setting['epochs']} epochs, "
-                f"batch {setting['batch']}, {setting['frozen']} blocks frozen, {setting['optimizer']}, seed {seed}: dev {record['dev_accuracy']:.1%} "
+                f"batch {setting['batch']}, {setting['frozen']} blocks frozen, {setting['optimizer']}"
+                f"{', corpus mixed in' if args.mix_corpus else ''}, seed {seed}: dev {record['dev_accuracy']:.1%} "
                 f"(finetune {record['finetune_seconds']:.0f} s)",
                 flush=True,
             )

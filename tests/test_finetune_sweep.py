@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench.finetune_sweep import parse_setting
+from bench.finetune_sweep import finetune_args, parse_setting
 
 
 def test_four_fields_finetune_every_block_with_adamw():
@@ -23,3 +25,11 @@ def test_a_malformed_setting_exits_with_a_one_line_error(text):
     with pytest.raises(SystemExit, match="bad setting") as exit_info:
         parse_setting(text)
     assert "\n" not in str(exit_info.value)
+
+
+def test_mix_corpus_adds_run_py_flag_to_the_finetuning_command_only_when_asked():
+    setting = parse_setting("1e-4,0.0,5,256")
+    plain = finetune_args("vanilla", Path("pre.params"), setting, 0, Path("ft.params"), mix_corpus=False)
+    mixed = finetune_args("vanilla", Path("pre.params"), setting, 0, Path("ft.params"), mix_corpus=True)
+    assert "--mix_corpus" not in plain
+    assert mixed == plain + ["--mix_corpus"]
