@@ -64,9 +64,10 @@ elif info.get("vendor_id") == "AuthenticAMD" and family == "23" and model.isdigi
     cpu, scale, ft_epoch = "a first-generation Zen CPU, fp32 (the 2-core Zen 1 EPYC: about 9x the Xeon)", 8.6, 37.0
 else:
     cpu, scale, ft_epoch = "a CPU without bf16 matmuls, so fp32 (the 2-core AVX2 EPYC: about 5x the Xeon)", 5.0, 17.4
-# cpu_fp32 (batch 32, Muon) in the Xeon's units: 89 s per vanilla epoch (session 22's 60-epoch run,
-# bench/results/time_to_accuracy.jsonl) and 81 s per perceiver epoch (one epoch), on the Zen 1.
-per_epoch = {"handout": (13, 13), "cpu": (9.6, 7.7), "cpu_fp32": (89 / 8.6, 81 / 8.6)}[preset]
+# cpu_fp32 (batch 32, Muon) in the Xeon's units: 93 s per vanilla epoch (the mean of three 60-epoch
+# runs, 89-100 s, sessions 22-24) and 83 s per perceiver epoch (session 25's 60-epoch run), on the
+# Zen 1 (bench/results/time_to_accuracy.jsonl).
+per_epoch = {"handout": (13, 13), "cpu": (9.6, 7.7), "cpu_fp32": (93 / 8.6, 83 / 8.6)}[preset]
 pretrain = [pre * e * scale for e in per_epoch]
 if budget != "none":
     pretrain = [min(p, float(budget) * 60) for p in pretrain]

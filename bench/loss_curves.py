@@ -10,7 +10,8 @@ unlike the last-batch loss that run.py prints, the means are not at the mercy
 of one batch's length. Two runs with the same seed, batch size and corpus
 train on the same batches in the same order, so the difference between two
 columns is a paired comparison of what differs between them. The table is
-printed and written to bench/results/loss_curves.md.
+printed and written to bench/results/loss_curves.md, or to --out (so that a new
+comparison does not replace a table that RESEARCH.md cites).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def main() -> None:
     p.add_argument("runs", nargs="+", help="run names (--tb_expt_name)")
     p.add_argument("--every", type=int, default=5, help="epochs per row")
     p.add_argument("--function", default="pretrain", help="pretrain or finetune")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "bench" / "results" / "loss_curves.md",
+        help="where to write the table (default bench/results/loss_curves.md)",
+    )
     args = p.parse_args()
     curves = {run: epoch_losses(args.function, run) for run in args.runs}
     rows = max(len(epochs) for epochs in curves.values())
@@ -58,7 +65,7 @@ def main() -> None:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
-    (ROOT / "bench" / "results" / "loss_curves.md").write_text(table + "\n")
+    args.out.write_text(table + "\n")
 
 
 if __name__ == "__main__":
