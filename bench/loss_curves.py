@@ -25,9 +25,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def epoch_losses(function: str, run: str) -> list[np.ndarray]:
-    """The per-step losses of each finished epoch of `run` (its newest log)."""
-    folders = sorted((ROOT / "expt" / function).glob(f"{run}_*"), key=lambda f: f.stat().st_mtime)
+def epoch_losses(function: str, run: str, expt: Path = ROOT / "expt") -> list[np.ndarray]:
+    """The per-step losses of each finished epoch of `run` (its newest log under expt/function)."""
+    folders = sorted((expt / function).glob(f"{run}_*"), key=lambda f: f.stat().st_mtime)
     if not folders:
         raise SystemExit(f"loss_curves.py: no TensorBoard log expt/{function}/{run}_*")
     events = EventAccumulator(str(folders[-1]), size_guidance={"scalars": 0})
