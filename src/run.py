@@ -254,6 +254,7 @@ def trainer_config(
         max_steps=args.max_steps,
         budget_seconds=None if args.budget_minutes is None else args.budget_minutes * 60,
         budget_cooldown=args.budget_cooldown,
+        budget_fit=args.budget_fit,
         impl=args.impl,
         bf16=not args.fp32,
         compile=args.compile,
@@ -270,7 +271,7 @@ RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
-    "max_example_len", "budget_cooldown", "perceiver_init", "optimizer", "freeze_blocks",
+    "max_example_len", "budget_cooldown", "budget_fit", "perceiver_init", "optimizer", "freeze_blocks",
 )  # fmt: skip
 
 
@@ -598,6 +599,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="with --budget_minutes: over this last fraction of the budget (e.g. 0.2) scale the rate down "
         "linearly to its floor, so a run cut off by the budget still ends annealed (default 0: plain cut-off)",
     )
+    p.add_argument(
+        "--budget_fit",
+        action="store_true",
+        help="with --budget_minutes and a preset whose cosine spans the run (cpu, cpu_fp32): after the first "
+        "epoch, train as many epochs as 92%% of the budget holds at that pace, more or fewer than planned, with "
+        "the cosine planned over them, so the run ends annealed inside the budget (run.sh: cpu_fp32)",
+    )
     p.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
     p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
@@ -644,6 +652,8 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"--budget_cooldown must be between 0 and 1, got {args.budget_cooldown}")
     if args.budget_cooldown and args.budget_minutes is None:
         raise UserError("--budget_cooldown needs --budget_minutes")
+    if args.budget_fit and args.budget_minutes is None:
+        raise UserError("--budget_fit needs --budget_minutes")
     if args.mix_questions is not None and args.function != "pretrain":
         raise UserError("--mix_questions is for pretrain only")
     if args.doc_offset and args.function != "pretrain":
@@ -661,6 +671,11 @@ def run(args: argparse.Namespace) -> None:
     if not 0 <= args.freeze_blocks <= args.n_layer:  # the perceiver's n_layer counts down, middle and up
         raise UserError(f"--freeze_blocks must be between 0 and {args.n_layer}, got {args.freeze_blocks}")
     apply_preset(args)
+    if args.budget_fit and args.schedule != "run":
+        raise UserError(
+            f"--budget_fit needs a cosine that spans the run: --preset cpu or cpu_fp32 for pretraining, "
+            f"not --preset {args.preset} for {args.function}"
+        )
     seed_everything(args.seed)
     device, rank = init_distributed(args.device)
     if rank != 0:

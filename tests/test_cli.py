@@ -234,6 +234,23 @@ def test_a_budget_cooldown_without_a_budget_is_a_one_line_error(tiny_corpus, cap
     one_line_error(capsys, "--budget_cooldown needs --budget_minutes")
 
 
+def test_budget_fit_becomes_the_trainers_budget_fit():
+    args = resolved(
+        "pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--budget_minutes", "115", "--budget_fit"
+    )
+    assert run.trainer_config(args, 100).budget_fit
+
+
+def test_budget_fit_without_a_budget_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--preset", "cpu_fp32", "--budget_fit") == 2
+    one_line_error(capsys, "--budget_fit needs --budget_minutes")
+
+
+def test_budget_fit_with_the_handouts_schedule_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "5", "--budget_fit") == 2
+    one_line_error(capsys, "--budget_fit needs a cosine that spans the run: --preset cpu or cpu_fp32 for pretraining")
+
+
 def test_a_budget_cooldown_outside_0_to_1_is_a_one_line_error(tiny_corpus, capsys):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "5", "--budget_cooldown", "2") == 2
     one_line_error(capsys, "--budget_cooldown must be between 0 and 1, got 2.0")

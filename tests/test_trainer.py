@@ -25,6 +25,7 @@ from trainer import (
     orthogonalize,
     orthogonalize_spectral,
 )
+from utils import torch_load_safe
 
 WARM, FINAL = 10_240, 1_000_000
 
@@ -302,6 +303,56 @@ def test_resume_carries_the_time_already_spent():
     second.resume(first.checkpoint())
     second.train()
     assert second.step == 5 and second.seconds == 50
+
+
+def recorded_lrs(trainer: Trainer) -> list[float]:
+    """The learning rate of every step `trainer` takes from now on (filled as it trains)."""
+    lrs: list[float] = []
+    trainer.log = lambda name, value, step: lrs.append(value) if name == "train/lr" else None
+    return lrs
+
+
+def test_budget_fit_plans_as_many_epochs_as_92_percent_of_the_budget_holds():
+    trainer = budget_trainer(budget_seconds=450, budget_fit=True)  # 50 s per epoch: 414 s hold 8 epochs
+    trainer.train()
+    assert trainer.config.max_epochs == 8 and trainer.epoch == 8 and trainer.seconds == 400
+    assert trainer.config.final_tokens == 8 * 40 * 31  # the cosine spans the 8 epochs of 40 x 31 positions
+
+
+def test_budget_fit_follows_the_plan_for_one_epoch_then_ends_its_longer_cosine_at_the_floor():
+    trainer = budget_trainer(budget_seconds=450, budget_fit=True)
+    lrs = recorded_lrs(trainer)
+    trainer.train()
+    planned = [1e-2 * lr_multiplier(8 * 32 * step, 0, 3 * 40 * 32, cap=True) for step in range(1, 6)]
+    assert lrs[:5] == pytest.approx(planned)  # the first epoch runs on the 3-epoch plan
+    fitted = [1e-2 * lr_multiplier(8 * 32 * step, 0, 8 * 40 * 32, cap=True) for step in range(6, 41)]
+    assert lrs[5:] == pytest.approx(fitted)
+    assert lrs[-1] == pytest.approx(1e-3)  # annealed to the floor inside the budget
+
+
+def test_budget_fit_plans_fewer_epochs_when_the_budget_holds_fewer_and_still_ends_annealed():
+    trainer = budget_trainer(budget_seconds=120, budget_fit=True)  # 110.4 s hold 2 epochs of 50 s
+    lrs = recorded_lrs(trainer)
+    trainer.train()
+    assert trainer.config.max_epochs == 2 and trainer.epoch == 2 and trainer.seconds == 100
+    assert lrs[-1] == pytest.approx(1e-3)
+
+
+def test_budget_fit_says_what_it_planned_after_the_first_epoch(capsys):
+    budget_trainer(budget_seconds=450, budget_fit=True).train()
+    out = capsys.readouterr().out
+    assert "at 50.0 s per epoch, 92% of the 7.5-minute budget holds 8 epochs: planned 3, now 8" in out
+
+
+def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_one(tmp_path):
+    uninterrupted = budget_trainer(budget_seconds=450, budget_fit=True).train()
+    ckpt = str(tmp_path / "a.ckpt")
+    first = budget_trainer(budget_seconds=450, budget_fit=True, max_steps=7, ckpt_path=ckpt)  # stops in epoch 2
+    first.train()
+    second = budget_trainer(budget_seconds=450, budget_fit=True, seconds_per_step=5)  # a faster machine now
+    second.resume(torch_load_safe(ckpt))
+    second.train()
+    assert second.config.max_epochs == 8 and second.losses == uninterrupted
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
