@@ -65,8 +65,8 @@ class TrainerConfig:
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
 
 
-# --budget_fit plans the epochs into this share of the budget: the first epoch ran 4-8% faster than
-# a whole run's mean on session 26's Zen 3 (61.0 and 63.4 s against 65.7 s), and what still runs
+# --budget_fit plans the epochs into this share of the budget: a first epoch ran 3-7% faster than
+# a whole run's mean on session 26's Zen 3 (61.0-63.4 s against 65.7 s), and what still runs
 # past the budget is cut off.
 BUDGET_FIT_SHARE = 0.92
 
