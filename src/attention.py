@@ -230,9 +230,9 @@ class KVCache:
             self.k = k.new_zeros(B, nh, self.capacity + 1, hs)
             self.v = v.new_zeros(B, nh, self.capacity + 1, hs)
         pos = self.positions(B, T, k.device).clamp(max=self.capacity)  # past the end: the scratch slot
-        index = pos[:, None, :, None].expand(B, nh, T, hs)
-        self.k.scatter_(2, index, k)
-        self.v.scatter_(2, index, v)
+        index = (torch.arange(B, device=k.device)[:, None, None], torch.arange(nh, device=k.device)[None, :, None])
+        self.k.index_put_((*index, pos[:, None, :]), k)  # index_put_, not scatter_: several times faster on CPU
+        self.v.index_put_((*index, pos[:, None, :]), v)
         self.lengths = (pos[:, -1] + 1).clamp(max=self.capacity)
         width = int(self.lengths.max())
         return self.k[:, :, :width], self.v[:, :, :width]
@@ -248,4 +248,5 @@ class KVCache:
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Drop every row not listed in `rows` (B',): finished rows cost nothing afterwards."""
-        self.k, self.v, self.lengths = self.k[rows], self.v[rows], self.lengths[rows]
+        # index_select copies whole rows; k[rows] is a few times slower on CPU
+        self.k, self.v, self.lengths = (t.index_select(0, rows) for t in (self.k, self.v, self.lengths))

@@ -373,6 +373,26 @@ def train(args: argparse.Namespace, pretrain_dataset: CharCorruptionDataset, mod
 
 
 DECODE_BATCH = 128  # questions decoded together by the fast path (see README, "Speed")
+DECODE_TOKENS = 4096  # and at most this many prompt positions (rows x longest prompt) in one batch
+
+
+def decode_batches(lengths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Split prompts of these lengths into batches of similar length, shortest first.
+
+    Returns lists of indices into `lengths`: each batch holds at most max_rows
+    prompts and, unless it is a single prompt, at most max_tokens positions
+    counted as rows x its longest prompt, so a few long questions do not pad
+    a whole batch to their length.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches = []
+    while order:
+        n = min(max_rows, len(order))
+        while n > 1 and n * lengths[order[n - 1]] > max_tokens:
+            n -= 1
+        batches.append(order[:n])
+        order = order[n:]
+    return batches
 
 
 def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, device: torch.device) -> list[str]:
@@ -390,10 +410,9 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, devi
             out = sample(model, x, steps, sample=False)[0, len(ids) :].tolist()
             answers.append(out)
     else:  # in batches of questions of similar length, so little of each batch is padding
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         answers = [[] for _ in encoded]
-        for start in tqdm(range(0, len(order), DECODE_BATCH), desc="decoding", leave=False):
-            rows = order[start : start + DECODE_BATCH]
+        batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
+        for rows in tqdm(batches, desc="decoding", leave=False):
             batch = greedy_decode_batch(
                 next_logits_fn(model), [encoded[i] for i in rows], MAX_ANSWER_CHARS, mask_id, block, device
             )
@@ -413,10 +432,18 @@ def shared_prefix_length(tokens: torch.Tensor, lengths: torch.Tensor) -> int:
 
 
 def next_logits_fn(model: GPT):
-    """next_logits for greedy_decode_batch, with KV caches (both variants: see GPT.new_caches)."""
+    """next_logits for greedy_decode_batch, with KV caches (both variants: see GPT.new_caches).
+
+    Dropping a finished row from the caches copies every other row's keys and
+    values, so rows stay in the caches after they finish, decoding a PAD at
+    position 0 (one cheap position, never read), until half the cached rows
+    have finished: the caches are then copied once, keeping the rows still going.
+    """
     caches = model.new_caches()
+    slots = torch.empty(0, dtype=torch.long)  # the cache row of each row still decoding
 
     def cached(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+        nonlocal slots
         if kept is None:  # first call: one pass over every prompt, then forget the padding
             shared = shared_prefix_length(tokens, lengths)
             if shared:  # "Where was " once, not once per row
@@ -426,12 +453,23 @@ def next_logits_fn(model: GPT):
             logits = model(tokens[:, shared:], caches=caches)[0]
             for cache in caches:
                 cache.truncate(lengths)
+            slots = torch.arange(tokens.size(0), device=tokens.device)
             return logits[torch.arange(tokens.size(0)), lengths - 1 - shared]
-        if kept.numel() < caches[0].lengths.numel():
+        slots = slots[kept]
+        cached_rows = caches[0].lengths.numel()
+        if 2 * slots.numel() <= cached_rows:
             for cache in caches:
-                cache.keep_rows(kept)
-        last = tokens[torch.arange(tokens.size(0)), lengths - 1]  # the token produced by the previous call
-        return model(last[:, None], caches=caches)[0][:, -1]
+                cache.keep_rows(slots)
+            slots = torch.arange(slots.numel(), device=tokens.device)
+            cached_rows = slots.numel()
+        inputs = torch.zeros(cached_rows, dtype=torch.long, device=tokens.device)  # finished rows: PAD
+        inputs[slots] = tokens[torch.arange(tokens.size(0)), lengths - 1]  # the tokens produced last call
+        if slots.numel() < cached_rows:  # finished rows restart at position 0, so they never outgrow the block
+            finished = torch.ones(cached_rows, dtype=torch.bool, device=tokens.device)
+            finished[slots] = False
+            for cache in caches:
+                cache.truncate(cache.lengths.masked_fill(finished, 0))
+        return model(inputs[:, None], caches=caches)[0][slots, -1]
 
     return cached
 

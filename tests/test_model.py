@@ -169,6 +169,44 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
     assert shared_prefix_length(tokens[:, 1:], torch.tensor([4, 4, 4])) == 2
 
 
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_finished_rows_leave_the_caches_only_when_half_have_finished(perceiver, monkeypatch):
+    from attention import KVCache
+    from run import next_logits_fn
+    from utils import greedy_decode_batch
+
+    copies = []  # (rows cached before, rows kept) of each compaction
+    keep_rows = KVCache.keep_rows
+
+    def counting_keep_rows(cache, rows):
+        copies.append((cache.lengths.numel(), rows.numel()))
+        keep_rows(cache, rows)
+
+    monkeypatch.setattr(KVCache, "keep_rows", counting_keep_rows)
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=8)
+    prompts = [[1 + i, *torch.randint(1, 20, (n,)).tolist()] for i, n in enumerate((3, 4, 9, 10, 11, 12, 13, 14))]
+    out = greedy_decode_batch(next_logits_fn(model), prompts, 8, stop_id=-1, block_size=16, device="cpu")
+    assert [len(o) for o in out] == [8, 8, 6, 5, 4, 3, 2, 1]  # the long rows stop at the block's end, one per step
+    layers = len(model.new_caches())
+    assert copies == [(8, 4)] * layers + [(4, 2)] * layers  # not once per finished row
+
+
+def test_decode_batches_respect_the_row_and_token_limits_shortest_first():
+    from run import decode_batches
+
+    lengths = [30, 5, 12, 7, 40, 6, 9, 11]
+    batches = decode_batches(lengths, max_rows=3, max_tokens=40)
+    assert sorted(i for b in batches for i in b) == list(range(8))
+    assert [[lengths[i] for i in b] for b in batches] == [[5, 6, 7], [9, 11, 12], [30], [40]]
+
+
+def test_a_prompt_longer_than_the_token_limit_is_decoded_alone():
+    from run import decode_batches
+
+    assert decode_batches([50, 60], max_rows=128, max_tokens=10) == [[0], [1]]
+
+
 def perceiver_attention_at_start(perceiver_init: str) -> tuple[float, float]:
     """(down, up) at init: mean attention of bottleneck position i on input i, and of output t on bottleneck t."""
     torch.manual_seed(0)
