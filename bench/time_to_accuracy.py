@@ -226,6 +226,7 @@ def main() -> None:
         **({"bottleneck_dim": args.bottleneck_dim} if args.variant == "perceiver" else {}),
         "machine": f"{platform.machine()}, {platform.node()}",
         "cpu": cpu_name(),
+        **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}),
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }
     cmd = ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]

@@ -5,7 +5,8 @@ interface:
 
 - "reference": the plain masked-softmax written out in three lines, the version
   to read and the one the tests trust;
-- "fast": PyTorch's fused `scaled_dot_product_attention` on CUDA, where it wins;
+- "fast": on CUDA, PyTorch's `scaled_dot_product_attention` restricted to its
+  math kernel (the fused ones broke bf16 training: see `CUDA_ATTENTION_KERNELS`);
   on CPU the same plain matmul-softmax (measured: the fused CPU kernel's backward
   is slower than plain bf16 matmuls on this 2-core machine, see bench/).
 
@@ -25,8 +26,19 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 IMPLS = ("fast", "reference")
+
+# Which of scaled_dot_product_attention's kernels CUDA may use: the math kernel only,
+# which computes bf16 inputs in fp32. Measured on an H100 (PyTorch 2.11, bf16 autocast,
+# the handout's vanilla pretraining): with cuDNN's kernel, PyTorch's first choice there,
+# the loss was NaN from the first epoch (its backward with a mask: pytorch/pytorch#196678);
+# with the memory-efficient kernel it stalled at 3.0-3.2 by epoch 200 on 2 seeds, and the
+# whole 650 epochs ended at 3.4 and 0% dev; with the math kernel it was 2.29 at epoch 200,
+# as in fp32 (2.23, 2.37). Epochs took the same time with each: at this model's size the
+# GPU waits on kernel launches, not on attention (bench/RESEARCH.md, session 30).
+CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 
 
 def attend(
@@ -44,7 +56,8 @@ def attend(
     Returns (B, nh, Tq, hs). Every query row must be allowed at least one key.
     """
     if impl == "fast" and q.is_cuda:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        with sdpa_kernel(CUDA_ATTENTION_KERNELS):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     att = dropout(attention_weights(q, k, mask), dropout_p, impl)
     return att @ v  # (B, nh, Tq, hs)
 

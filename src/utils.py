@@ -47,7 +47,13 @@ def init_distributed(device_name: str = "auto") -> tuple[torch.device, int]:
     import torch.distributed as dist
 
     if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise UserError(
+                f"torchrun started process {local_rank} on this machine, which has {gpus} CUDA GPU(s): "
+                f"use --nproc_per_node={gpus}, or --device cpu"
+            )
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return device, dist.get_rank()

@@ -54,7 +54,7 @@ def test_resumed_training_ends_bit_identical_to_an_uninterrupted_run(impl, optim
 def pretrain_cmd(tmp_path: Path, corpus: Path, *extra: str) -> list[str]:
     return RUN + [
         "pretrain", "vanilla", str(corpus), "--writing_params_path", str(tmp_path / "pt.params"), *TINY_MODEL,
-        "--batch_size", "2", *extra,
+        "--batch_size", "2", "--device", "cpu", *extra,
     ]  # fmt: skip
 
 
@@ -169,7 +169,7 @@ def test_two_process_torchrun_matches_one_process_and_writes_one_params_file(tin
 
     common = [
         "pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL,
-        "--max_steps", "4", "--batch_size", "8", "--dropout", "0", "--fp32",
+        "--max_steps", "4", "--batch_size", "8", "--dropout", "0", "--fp32", "--device", "cpu",
     ]  # fmt: skip
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
@@ -190,7 +190,7 @@ def test_two_process_torchrun_matches_one_process_and_writes_one_params_file(tin
 def test_two_process_torchrun_with_a_time_budget_stops_every_rank_at_the_same_step(tiny_corpus, tmp_path):
     argv = [
         "pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL,
-        "--batch_size", "8", "--budget_minutes", "0.005",
+        "--batch_size", "8", "--budget_minutes", "0.005", "--device", "cpu",
     ]  # fmt: skip
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -198,3 +198,14 @@ def test_two_process_torchrun_with_a_time_budget_stops_every_rank_at_the_same_st
     proc = subprocess.run(torchrun + RUN[1:] + argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--budget_minutes 0.005 spent at step" in proc.stdout
+
+
+def test_more_torchrun_processes_than_gpus_is_a_one_line_error(tiny_corpus, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    argv = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", "--device", "cuda"]
+    assert run.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "--nproc_per_node=1" in err and err.strip().count("\n") == 0

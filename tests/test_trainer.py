@@ -168,7 +168,9 @@ def test_muon_optimizer_gives_the_hidden_matrices_to_muon_and_the_rest_to_adamw(
     assert {names[id(p)] for p in opt.adamw.param_groups[0]["params"]} == {"head.weight"}  # the decayed group
 
 
-def tiny_run(impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, **config) -> list[float]:
+def tiny_run(
+    impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, device: torch.device | None = None, **config
+) -> list[float]:
     torch.manual_seed(seed)
     text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
     ds = CharCorruptionDataset(text, 32)
@@ -176,7 +178,7 @@ def tiny_run(impl: str, seed: int = 0, steps: int = 6, dropout: float = 0.1, **c
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, **drops))
     cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, impl=impl, seed=seed, max_steps=steps, **config)
     random.seed(seed)
-    return Trainer(model, ds, cfg, torch.device("cpu")).train()
+    return Trainer(model, ds, cfg, device or torch.device("cpu")).train()
 
 
 @pytest.mark.parametrize("impl", ["fast", "reference"])

@@ -1,0 +1,158 @@
+"""Specification of the CUDA fast path: on a GPU it computes what the CPU reference computes.
+
+On CUDA the fast path differs from the CPU one: attention is PyTorch's fused
+`scaled_dot_product_attention` (with the perceiver's causal cross mask), dropout
+is PyTorch's own, and bf16 autocast is on. Every test here is skipped where no
+CUDA GPU is present, as on CI; on a GPU machine run `pytest tests/test_cuda.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_MODEL
+from test_attention import loop_attention
+from test_model import tiny
+from test_trainer import tiny_run
+
+import run
+from attention import attend, causal_mask
+from utils import greedy_decode_batch, sample
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32_matmuls():
+    """TF32 would round fp32 matmuls to 10-bit mantissas and hide real differences; keep it off."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def on_gpu(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of model on the GPU with the fast path on (the CPU original keeps its own)."""
+    clone = tiny(model.config.perceiver, bottleneck_dim=model.config.bottleneck_dim)
+    clone.load_state_dict(model.state_dict())
+    clone.set_impl("fast")
+    return clone.to(CUDA).eval()
+
+
+@pytest.mark.parametrize(("tq", "tk"), [(5, 5), (3, 7), (7, 3)])
+def test_fused_attention_on_the_gpu_matches_a_plain_loop(tq, tk):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, t, 4, generator=g) for t in (tq, tk, tk))
+    mask = causal_mask(max(tq, tk))[:, :, :tq, :tk].bool()
+    got = attend(q.to(CUDA), k.to(CUDA), v.to(CUDA), mask.to(CUDA), impl="fast").cpu()
+    torch.testing.assert_close(got, loop_attention(q, k, v, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_gpu_attention_gradients_in_bf16_match_float64_even_for_extreme_scores():
+    # The fused kernels failed here on an H100: cuDNN's gradients were NaN (pytorch/pytorch#196678:
+    # a masked length of 64 mod 128, rows whose every score is very negative) and the
+    # memory-efficient kernel's were 4x the norm of the true ones, away from 0 where a query
+    # sees one key only. Both broke training in bf16 (see attention.CUDA_ATTENTION_KERNELS).
+    g = torch.Generator().manual_seed(0)
+    length, hs = 64, 32
+    q, k = torch.randn(2, 2, length, hs, generator=g) * 0.1, torch.randn(2, 2, length, hs, generator=g) * 0.1
+    v = torch.randn(2, 2, length, hs, generator=g)
+    q[..., 0], k[..., 0] = 1.0, -120 * hs**0.5
+    q, k, v = (t.bfloat16() for t in (q, k, v))  # both sides start from the same bf16 values
+    mask = causal_mask(length).bool()
+    grad_out = torch.randn(2, 2, length, hs, generator=g)
+    grads = {}
+    for device, dtype in ((CUDA, torch.bfloat16), (torch.device("cpu"), torch.float64)):
+        qkv = [t.to(device, dtype).requires_grad_() for t in (q, k, v)]
+        impl = "fast" if device == CUDA else "reference"
+        attend(*qkv, mask.to(device), impl=impl).float().backward(grad_out.to(device))
+        grads[device.type] = [t.grad.double().cpu() for t in qkv]
+    for gpu, exact in zip(grads["cuda"], grads["cpu"], strict=True):
+        assert torch.isfinite(gpu).all()
+        assert (gpu - exact).norm() / exact.norm() < 2e-2
+
+
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_gpu_fast_path_gives_the_cpu_reference_logits_and_loss(perceiver):
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=6)
+    x, y = torch.randint(1, 20, (3, 14)), torch.randint(0, 20, (3, 14))
+    logits, loss = model(x, y)
+    gpu_logits, gpu_loss = on_gpu(model)(x.to(CUDA), y.to(CUDA))
+    torch.testing.assert_close(gpu_logits.cpu(), logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gpu_loss.cpu(), loss, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_gpu_cached_decoding_logits_equal_the_cpu_full_recompute(perceiver):
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=6)
+    x = torch.randint(0, 20, (2, 10))
+    full, _ = model(x)
+    gpu, xg = on_gpu(model), x.to(CUDA)
+    caches = gpu.new_caches()
+    first, _ = gpu(xg[:, :4], caches=caches)
+    rest = [gpu(xg[:, t : t + 1], caches=caches)[0] for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat([first, *rest], dim=1).cpu(), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
+def test_gpu_batched_greedy_decoding_equals_the_cpu_one_prompt_at_a_time(perceiver):
+    torch.manual_seed(0)
+    model = tiny(perceiver, bottleneck_dim=8)
+    model.head.weight.data *= 20  # sharp logits: no near-ties for the two devices to break differently
+    prompts = [torch.randint(1, 20, (n,)).tolist() for n in (2, 7, 4, 5, 11, 3)]
+    batched = greedy_decode_batch(run.next_logits_fn(on_gpu(model)), prompts, 6, stop_id=3, block_size=16, device=CUDA)
+    for prompt, got in zip(prompts, batched, strict=True):
+        alone = sample(model, torch.tensor([prompt]), min(6, 16 - len(prompt)))[0, len(prompt) :].tolist()
+        assert got == (alone[: alone.index(3) + 1] if 3 in alone else alone)
+
+
+def test_gpu_fp32_training_follows_the_cpu_loss_curve():
+    cpu = tiny_run("fast", steps=6, dropout=0.0, bf16=False)  # the same batches; attention differs
+    gpu = tiny_run("fast", steps=6, dropout=0.0, bf16=False, device=CUDA)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
+
+
+def test_gpu_bf16_training_stays_near_the_fp32_loss_curve():
+    fp32 = tiny_run("fast", steps=6, dropout=0.0, bf16=False, device=CUDA)
+    bf16 = tiny_run("fast", steps=6, dropout=0.0, device=CUDA)
+    assert bf16 != fp32  # autocast was on
+    np.testing.assert_allclose(bf16, fp32, atol=0.05)
+
+
+def test_gpu_training_with_dropout_reduces_the_loss():
+    losses = tiny_run("fast", steps=15, device=CUDA)
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+
+
+def test_gpu_training_with_muon_reduces_the_loss():
+    losses = tiny_run("fast", steps=15, optimizer="muon", device=CUDA)
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+
+
+def test_compiled_gpu_training_follows_the_eager_loss_curve():
+    eager = tiny_run("fast", steps=4, dropout=0.0, bf16=False, device=CUDA)
+    compiled = tiny_run("fast", steps=4, dropout=0.0, bf16=False, compile=True, device=CUDA)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-3)
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver"])
+def test_params_trained_on_the_gpu_predict_the_same_on_the_cpu(
+    variant, tiny_corpus, tiny_train_tsv, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    ft = ["finetune", variant, tiny_corpus, "--writing_params_path", "ft.params", "--finetune_corpus_path"]
+    ft += [tiny_train_tsv, "--max_steps", "40", "--batch_size", "4", "--finetune_lr", "3e-3", "--device", "cuda"]
+    assert run.main([str(a) for a in ft + TINY_MODEL]) == 0
+    ev = ["evaluate", variant, tiny_corpus, "--reading_params_path", "ft.params", "--eval_corpus_path", tiny_train_tsv]
+    for device in ("cuda", "cpu"):
+        argv = ev + ["--outputs_path", f"{device}.predictions", "--device", device] + TINY_MODEL
+        assert run.main([str(a) for a in argv]) == 0
+    gpu = Path("cuda.predictions").read_text(encoding="utf-8")
+    assert gpu == Path("cpu.predictions").read_text(encoding="utf-8")
+    assert len(set(gpu.splitlines())) > 1 or gpu.splitlines()[0] != ""
