@@ -36,8 +36,9 @@ IMPLS = ("fast", "reference")
 # the loss was NaN from the first epoch (its backward with a mask: pytorch/pytorch#196678);
 # with the memory-efficient kernel it stalled at 3.0-3.2 by epoch 200 on 2 seeds, and the
 # whole 650 epochs ended at 3.4 and 0% dev; with the math kernel it was 2.29 at epoch 200,
-# as in fp32 (2.23, 2.37). Epochs took the same time with each: at this model's size the
-# GPU waits on kernel launches, not on attention (bench/RESEARCH.md, session 30).
+# as in fp32 (2.23, 2.37). Epochs took about as long with each (0.52-0.65 s, four runs
+# sharing the GPU): at this model's size the GPU waits on kernel launches, not on
+# attention (bench/RESEARCH.md, session 30).
 CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 
 
