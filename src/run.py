@@ -255,6 +255,7 @@ def trainer_config(
         budget_seconds=None if args.budget_minutes is None else args.budget_minutes * 60,
         budget_cooldown=args.budget_cooldown,
         budget_fit=args.budget_fit,
+        budget_replan=args.budget_replan,
         impl=args.impl,
         bf16=not args.fp32,
         compile=args.compile,
@@ -271,7 +272,7 @@ RUN_DEFINING_ARGS = (
     "function", "variant", "bottleneck_dim", "n_layer", "n_head", "n_embd", "dropout", "pretrain_lr",
     "finetune_lr", "batch_size", "max_epochs", "seed", "impl", "fp32", "cosine_cap", "preset", "finetune_corpus_path",
     "reading_params_path", "mix_questions", "mix_corpus", "token_weighted", "doc_offset", "doc_context",
-    "max_example_len", "budget_cooldown", "budget_fit", "perceiver_init", "optimizer", "freeze_blocks",
+    "max_example_len", "budget_cooldown", "budget_fit", "budget_replan", "perceiver_init", "optimizer", "freeze_blocks",
 )  # fmt: skip
 
 
@@ -644,6 +645,12 @@ def make_parser() -> argparse.ArgumentParser:
         "epoch, train as many epochs as 92%% of the budget holds at that pace, more or fewer than planned, with "
         "the cosine planned over them, so the run ends annealed inside the budget (run.sh: cpu_fp32)",
     )
+    p.add_argument(
+        "--budget_replan",
+        action="store_true",
+        help="with --budget_fit: plan again after every epoch, at the median pace of the last three, into what "
+        "is left of the budget less one epoch, so a machine that slows down mid-run still ends annealed in time",
+    )
     p.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
     p.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
@@ -692,6 +699,8 @@ def run(args: argparse.Namespace) -> None:
         raise UserError("--budget_cooldown needs --budget_minutes")
     if args.budget_fit and args.budget_minutes is None:
         raise UserError("--budget_fit needs --budget_minutes")
+    if args.budget_replan and not args.budget_fit:
+        raise UserError("--budget_replan needs --budget_fit")
     if args.mix_questions is not None and args.function != "pretrain":
         raise UserError("--mix_questions is for pretrain only")
     if args.doc_offset and args.function != "pretrain":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -52,6 +53,10 @@ class TrainerConfig:
     # more or fewer than planned, and final_tokens those epochs' tokens: a cosine that spans the
     # run (run.py allows this only with such a schedule) ends annealed inside the budget.
     budget_fit: bool = False
+    # With budget_fit: plan again after every whole epoch, at the median pace of the last
+    # REPLAN_EPOCHS epochs, into what is left of the budget less one epoch's time, so a machine
+    # that slows down (or speeds up) mid-run still ends its cosine annealed inside the budget.
+    budget_replan: bool = False
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
     compile: bool = False  # torch.compile the forward pass (fast path; see README for when it pays)
@@ -69,6 +74,9 @@ class TrainerConfig:
 # a whole run's mean on session 26's Zen 3 (61.0-63.4 s against 65.7 s), and what still runs
 # past the budget is cut off.
 BUDGET_FIT_SHARE = 0.92
+# --budget_replan's pace: the median over this many last epochs, so one slow epoch (another
+# program on the machine for a minute) does not shorten the plan, but a lasting slowdown does.
+REPLAN_EPOCHS = 3
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -285,6 +293,7 @@ class Trainer:
         self.clock = time.monotonic  # tests replace it
         self.stop_requested = False  # set by a signal handler; checked after every step
         self.fitted = False  # budget_fit: whether max_epochs and final_tokens were planned to the budget yet
+        self.epoch_seconds: list[float] = []  # training time of each epoch run whole (budget_replan's pace)
         self.rank, self.world_size = 0, 1
         self.forward_model = self.model
         if dist.is_available() and dist.is_initialized():
@@ -335,6 +344,7 @@ class Trainer:
             },
             "config": asdict(self.config),
             "fitted": self.fitted,
+            "epoch_seconds": self.epoch_seconds,
             "extra": self.extra,
         }
 
@@ -359,6 +369,7 @@ class Trainer:
             self.config.max_epochs = ckpt["config"]["max_epochs"]
             self.config.final_tokens = ckpt["config"]["final_tokens"]
             self.fitted = True
+        self.epoch_seconds = list(ckpt.get("epoch_seconds", []))
         rng = ckpt["rng"]
         random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
         np.random.set_state((rng["numpy"][0], rng["numpy"][1].numpy().astype(np.uint32), *rng["numpy"][2:]))
@@ -437,16 +448,24 @@ class Trainer:
                 self.epoch += 1
                 self.batch_in_epoch = 0
             seconds = time.time() - t0
-            first_whole_epoch = whole_epoch and self.batch_in_epoch == 0 and not projected
+            ran_whole = whole_epoch and self.batch_in_epoch == 0
+            first_whole_epoch = ran_whole and not projected
             plan = None
-            if first_whole_epoch and cfg.budget_fit and cfg.budget_seconds is not None and not self.fitted:
-                plan = self.fit_to_budget(self.seconds - seconds_at_start)  # on every rank: they share seconds
+            if ran_whole:
+                self.epoch_seconds.append(self.seconds - seconds_at_start)  # the same on every rank: shared seconds
+            if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None:
+                if cfg.budget_replan and not self.finished():
+                    plan = self.replan_to_budget()
+                elif not self.fitted:
+                    plan = self.fit_to_budget(self.epoch_seconds[-1])
             if not quiet and self.losses:
                 self.log("train/epoch_seconds", seconds, self.epoch)
                 tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
                 if first_whole_epoch:
                     projected = True
                     tqdm.write(plan or self.projection(self.seconds - seconds_at_start))
+                elif plan:
+                    tqdm.write(plan)
         self.save_checkpoint()
         return self.losses
 
@@ -463,6 +482,26 @@ class Trainer:
             f"at {epoch_seconds:.1f} s per epoch, {BUDGET_FIT_SHARE:.0%} of the {cfg.budget_seconds / 60:g}-minute "
             f"budget holds {cfg.max_epochs} epochs: planned {planned}, now {cfg.max_epochs}, with the cosine "
             f"ending at their end (about {(cfg.max_epochs - self.epoch) * epoch_seconds / 60:.0f} min left)"
+        )
+
+    def replan_to_budget(self) -> str | None:
+        """Plan max_epochs and final_tokens again at the median pace of the last REPLAN_EPOCHS epochs
+        (see TrainerConfig.budget_replan); returns the line that says so, or None if nothing changed."""
+        cfg = self.config
+        planned = cfg.max_epochs
+        pace = statistics.median(self.epoch_seconds[-REPLAN_EPOCHS:])
+        left = (cfg.budget_seconds - self.seconds) / pace - 1  # one epoch's time kept in reserve
+        cfg.max_epochs = self.epoch + max(0, math.floor(left))
+        cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs
+        first = not self.fitted
+        self.fitted = True
+        if cfg.max_epochs == planned and not first:
+            return None
+        return (
+            f"at {pace:.1f} s per epoch (median of the last {min(REPLAN_EPOCHS, len(self.epoch_seconds))}), the "
+            f"{(cfg.budget_seconds - self.seconds) / 60:.1f} minutes left of the budget hold "
+            f"{cfg.max_epochs - self.epoch} more epochs and one to spare: planned {planned}, now {cfg.max_epochs}, "
+            f"with the cosine ending at their end"
         )
 
     def projection(self, epoch_seconds: float) -> str:

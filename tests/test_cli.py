@@ -246,6 +246,20 @@ def test_budget_fit_without_a_budget_is_a_one_line_error(tiny_corpus, capsys):
     one_line_error(capsys, "--budget_fit needs --budget_minutes")
 
 
+def test_budget_replan_becomes_the_trainers_budget_replan():
+    args = resolved(
+        "pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--budget_minutes", "56", "--budget_fit",
+        "--budget_replan",
+    )  # fmt: skip
+    assert run.trainer_config(args, 100).budget_replan
+
+
+def test_budget_replan_without_budget_fit_is_a_one_line_error(tiny_corpus, capsys):
+    args = ("--preset", "cpu_fp32", "--budget_minutes", "5", "--budget_replan")
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, *args) == 2
+    one_line_error(capsys, "--budget_replan needs --budget_fit")
+
+
 def test_budget_fit_with_the_handouts_schedule_is_a_one_line_error(tiny_corpus, capsys):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "5", "--budget_fit") == 2
     one_line_error(capsys, "--budget_fit needs a cosine that spans the run: --preset cpu or cpu_fp32 for pretraining")

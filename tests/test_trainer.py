@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 import shutil
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -355,6 +356,58 @@ def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_
     second.resume(torch_load_safe(ckpt))
     second.train()
     assert second.config.max_epochs == 8 and second.losses == uninterrupted
+
+
+def slowing_clock(steps_at_first: int, first: int, then: int) -> Callable[[], int]:
+    """A clock read once before training and once per step: steps take `first` seconds, then `then`."""
+    durations = itertools.chain([0], itertools.repeat(first, steps_at_first), itertools.repeat(then))
+    return itertools.accumulate(durations).__next__
+
+
+def test_budget_replan_plans_what_is_left_of_the_budget_less_one_epoch():
+    trainer = budget_trainer(budget_seconds=600, budget_fit=True, budget_replan=True)  # 50 s per epoch
+    trainer.train()
+    assert trainer.config.max_epochs == 11 and trainer.epoch == 11  # (600 - 50) / 50 - 1 = 10 more after the first
+    assert trainer.seconds == 550
+
+
+def test_budget_fit_is_cut_off_when_the_machine_slows_down():
+    trainer = budget_trainer(budget_seconds=600, budget_fit=True)
+    trainer.clock = slowing_clock(10, 10, 15)  # two epochs of 50 s, then 75 s each
+    trainer.train()
+    assert trainer.config.max_epochs == 11  # planned on the first epoch's pace
+    assert trainer.epoch == 8 and trainer.seconds == 610  # cut off 4 steps into epoch 9 of 11
+
+
+def test_budget_replan_follows_a_machine_that_slows_down_and_ends_annealed_inside_the_budget():
+    trainer = budget_trainer(budget_seconds=600, budget_fit=True, budget_replan=True)
+    trainer.clock = slowing_clock(10, 10, 15)
+    lrs = recorded_lrs(trainer)
+    trainer.train()
+    # 11 planned after epochs 1 and 2; the median pace reaches 75 s after epoch 4, and the plan shrinks to 7
+    assert trainer.config.max_epochs == 7 and trainer.epoch == 7 and trainer.seconds == 475
+    assert lrs[-1] == pytest.approx(1e-3)
+
+
+def test_budget_replan_says_when_it_changes_the_plan(capsys):
+    trainer = budget_trainer(budget_seconds=600, budget_fit=True, budget_replan=True)
+    trainer.clock = slowing_clock(10, 10, 15)
+    trainer.train()
+    out = capsys.readouterr().out
+    assert "at 50.0 s per epoch (median of the last 1), the 9.2 minutes left of the budget hold 10 more" in out
+    assert "at 75.0 s per epoch (median of the last 3), the 5.8 minutes left of the budget hold 3 more" in out
+    assert out.count("minutes left of the budget") == 3  # epochs 1, 3 and 4: the others left the plan as it was
+
+
+def test_a_resumed_budget_replan_run_ends_like_an_uninterrupted_one(tmp_path):
+    uninterrupted = budget_trainer(budget_seconds=600, budget_fit=True, budget_replan=True).train()
+    ckpt = str(tmp_path / "a.ckpt")
+    first = budget_trainer(budget_seconds=600, budget_fit=True, budget_replan=True, max_steps=7, ckpt_path=ckpt)
+    first.train()
+    second = budget_trainer(budget_seconds=600, budget_fit=True, budget_replan=True)
+    second.resume(torch_load_safe(ckpt))
+    second.train()
+    assert second.epoch_seconds[0] == 50 and second.losses == uninterrupted
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
