@@ -469,15 +469,21 @@ class Trainer:
         self.save_checkpoint()
         return self.losses
 
+    def plan_epochs(self, more: float) -> int:
+        """Make the plan this epoch plus floor(more) epochs (none if negative), with the cosine's
+        final_tokens at their end; returns the plan it replaces."""
+        cfg = self.config
+        planned = cfg.max_epochs
+        cfg.max_epochs = self.epoch + max(0, math.floor(more))
+        cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs  # every epoch counts the same tokens
+        self.fitted = True
+        return planned
+
     def fit_to_budget(self, epoch_seconds: float) -> str:
         """Plan max_epochs and the cosine's final_tokens to the budget at `epoch_seconds` per epoch
         (see TrainerConfig.budget_fit); returns the line that says so."""
         cfg = self.config
-        planned = cfg.max_epochs
-        spare = (cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds) / epoch_seconds
-        cfg.max_epochs = self.epoch + max(0, math.floor(spare))
-        cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs  # every epoch counts the same tokens
-        self.fitted = True
+        planned = self.plan_epochs((cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds) / epoch_seconds)
         return (
             f"at {epoch_seconds:.1f} s per epoch, {BUDGET_FIT_SHARE:.0%} of the {cfg.budget_seconds / 60:g}-minute "
             f"budget holds {cfg.max_epochs} epochs: planned {planned}, now {cfg.max_epochs}, with the cosine "
@@ -488,13 +494,9 @@ class Trainer:
         """Plan max_epochs and final_tokens again at the median pace of the last REPLAN_EPOCHS epochs
         (see TrainerConfig.budget_replan); returns the line that says so, or None if nothing changed."""
         cfg = self.config
-        planned = cfg.max_epochs
-        pace = statistics.median(self.epoch_seconds[-REPLAN_EPOCHS:])
-        left = (cfg.budget_seconds - self.seconds) / pace - 1  # one epoch's time kept in reserve
-        cfg.max_epochs = self.epoch + max(0, math.floor(left))
-        cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs
         first = not self.fitted
-        self.fitted = True
+        pace = statistics.median(self.epoch_seconds[-REPLAN_EPOCHS:])
+        planned = self.plan_epochs((cfg.budget_seconds - self.seconds) / pace - 1)  # one epoch kept in reserve
         if cfg.max_epochs == planned and not first:
             return None
         return (
