@@ -107,6 +107,31 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+def rotary_table(length: int, head_dim: int) -> torch.Tensor:
+    """Rotary position angles, the 2024 handout's `rope_cache`: (length, head_dim/2, 2).
+
+    table[t, i] = (cos tθ_i, sin tθ_i) with θ_i = 10000^(-2i/head_dim): position t
+    turns the i-th pair of a head's dimensions by the angle tθ_i.
+    """
+    assert head_dim % 2 == 0, "rotary embedding needs an even head size"
+    theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hs/2,)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * theta[None, :]  # (length, hs/2)
+    return torch.stack((angles.cos(), angles.sin()), dim=-1).float()
+
+
+def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding: x (..., T, hs) with rows of `table` (..., T, hs/2, 2) for its positions -> (..., T, hs).
+
+    Dimensions (2i, 2i+1) are taken as one complex number and multiplied by
+    cos tθ_i + i sin tθ_i. Written with real arithmetic so that it runs in bf16 too.
+    Queries and keys rotated this way score q·k by their relative position only.
+    """
+    pairs = x.unflatten(-1, (-1, 2))  # (..., T, hs/2, 2)
+    real, imag = pairs[..., 0], pairs[..., 1]
+    cos, sin = table[..., 0], table[..., 1]
+    return torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1).flatten(-2).to(x.dtype)
+
+
 def causal_mask(size_q: int, size_k: int | None = None) -> torch.Tensor:
     """(1, 1, Tq, Tk) float mask: 1 where query i may see key j <= i, else 0."""
     size_k = size_q if size_k is None else size_k
@@ -176,20 +201,43 @@ class CausalSelfAttention(MultiHeadAttention):
     only the new positions of each row; their keys and values are written to
     the cache and each query sees its row's cached positions up to its own
     (batched greedy decoding, rows of different lengths).
+
+    rope=True (the 2024 handout's variant): queries and keys are rotated by
+    their positions (`rotate`) before they meet, and the angles are kept in
+    the persistent buffer `rope_cache` as the handout keeps them.
     """
 
-    def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        block_size: int,
+        attn_pdrop: float = 0.1,
+        resid_pdrop: float = 0.1,
+        rope: bool = False,
+    ):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
-        # Persistent buffer: the handout's params files contain it, so a strict
-        # load_state_dict needs it in both directions.
+        self.rope = rope
+        # Persistent buffers, in the handout's order: its params files contain them,
+        # so a strict load_state_dict needs them in both directions.
+        if rope:
+            self.register_buffer("rope_cache", rotary_table(block_size, n_embd // n_head))
         self.register_buffer("mask", causal_mask(block_size))
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        if cache is not None:  # (positions past the capacity only happen in the perceiver; see KVCache)
-            positions = cache.positions(x.size(0), x.size(1), x.device).clamp(max=cache.capacity - 1)
-            return self.forward_cached(x, x, cache, positions)
-        T = x.size(1)
-        return super().forward(x, x, self.mask[:, :, :T, :T].bool())
+        q, k, v = (self.split_heads(layer(x)) for layer in (self.query, self.key, self.value))
+        if cache is None:
+            T = x.size(1)
+            if self.rope:
+                q, k = rotate(q, self.rope_cache[:T]), rotate(k, self.rope_cache[:T])
+            return self.attend_projected(q, k, v, self.mask[:, :, :T, :T].bool())
+        # (positions past the capacity only happen in the perceiver; see KVCache)
+        positions = cache.positions(x.size(0), x.size(1), x.device).clamp(max=cache.capacity - 1)  # (B, T)
+        if self.rope:
+            table = self.rope_cache[positions][:, None]  # (B, 1, T, hs/2, 2): each row at its own positions
+            q, k = rotate(q, table), rotate(k, table)
+        k, v = cache.write(k, v)
+        return self.attend_projected(q, k, v, cache.visible(positions))
 
 
 class CausalCrossAttention(MultiHeadAttention):

@@ -1,5 +1,7 @@
-"""The GPT: a vanilla stack of causal blocks, or the perceiver variant that
-runs its middle blocks on a short learned bottleneck.
+"""The GPT in the course's three variants: vanilla (a stack of causal blocks
+over a learned position table), perceiver (the 2023 handout: the middle blocks
+run on a short learned bottleneck) and rope (the 2024 handout: no position
+table; rotary embeddings turn queries and keys by their positions).
 
 Names of modules and parameters follow the course handout exactly, so a
 `state_dict` saved here loads strictly into the handout model and back.
@@ -28,8 +30,9 @@ class GPTConfig:
     embd_pdrop: float = 0.1
     resid_pdrop: float = 0.1
     attn_pdrop: float = 0.1
-    perceiver: bool = False
+    perceiver: bool = False  # the 2023 handout's variant
     bottleneck_dim: int = 32
+    rope: bool = False  # the 2024 handout's variant
     perceiver_init: str = "handout"  # or "aligned": see GPT.align_projections
 
 
@@ -50,7 +53,9 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalSelfAttention(config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop)
+        self.attn = CausalSelfAttention(
+            config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, rope=config.rope
+        )
         self.mlp = mlp(config)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -84,7 +89,7 @@ class DownProjectBlock(nn.Module):
     def forward(self, x_input: torch.Tensor) -> torch.Tensor:
         m = self.C.size(1) if self.impl == "reference" else min(self.C.size(1), x_input.size(1))
         C = self.C[:, :m].expand(x_input.size(0), -1, -1)
-        x = C + self.attn(self.ln1(x_input), self.ln1(C))
+        x = C + self.attn(x_input, self.ln1(C))
         return x + self.mlp(self.ln2(x))
 
     def forward_cached(self, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -96,7 +101,7 @@ class DownProjectBlock(nn.Module):
         """
         at = positions.clamp(max=self.C.size(1) - 1)
         C = self.C[0][at]  # (B, T, C)
-        x = C + self.attn.forward_cached(self.ln1(C), self.ln1(x_input), cache, at)
+        x = C + self.attn.forward_cached(self.ln1(C), x_input, cache, at)
         return x + self.mlp(self.ln2(x))
 
 
@@ -116,14 +121,14 @@ class UpProjectBlock(nn.Module):
         self.mlp = mlp(config)
 
     def forward(self, y: torch.Tensor, x_input: torch.Tensor) -> torch.Tensor:
-        x = x_input + self.attn(self.ln1(y), self.ln1(x_input))
+        x = x_input + self.attn(self.ln1(y), x_input)
         return x + self.mlp(self.ln2(x))
 
     def forward_cached(
         self, y: torch.Tensor, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache
     ) -> torch.Tensor:
         """Decoding: new bottleneck entries y and inputs x_input (B, T, C) at positions (B, T) -> (B, T, C)."""
-        x = x_input + self.attn.forward_cached(self.ln1(x_input), self.ln1(y), cache, positions)
+        x = x_input + self.attn.forward_cached(x_input, self.ln1(y), cache, positions)
         return x + self.mlp(self.ln2(x))
 
 
@@ -138,10 +143,12 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
+        assert not (config.perceiver and config.rope), "perceiver and rope are separate variants"
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        # Zero-initialised like the handout's (minGPT's) position table.
-        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        if not config.rope:  # rope places tokens by rotating queries and keys instead
+            # Zero-initialised like the handout's (minGPT's) position table.
+            self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = Dropout(config.embd_pdrop)
         if config.perceiver:
             self.down_block = DownProjectBlock(config)
@@ -242,14 +249,17 @@ class GPT(nn.Module):
         caches: list[KVCache] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t = idx.size()
+        x = self.tok_emb(idx)  # (B, T, C)
         if caches is None:
             assert t <= self.config.block_size, "sequence longer than block_size"
-            pos_emb = self.pos_emb[:, :t, :]  # (1, T, C)
+            if not self.config.rope:
+                x = x + self.pos_emb[:, :t, :]  # (1, T, C)
         else:  # each row continues from its own cached length
             positions = caches[0].positions(b, t, idx.device)  # (B, T)
             assert int(positions.max()) < self.config.block_size, "sequence longer than block_size"
-            pos_emb = self.pos_emb[0][positions]  # (B, T, C)
-        x = self.drop(self.tok_emb(idx) + pos_emb)  # (B, T, C)
+            if not self.config.rope:
+                x = x + self.pos_emb[0][positions]  # (B, T, C)
+        x = self.drop(x)
         if self.config.perceiver and caches is not None:
             down, *middle, up = caches
             y = self.down_block.forward_cached(x, positions, down)  # (B, T, C): new bottleneck entries

@@ -82,10 +82,18 @@ def sidecar_path(params_path: str | Path) -> Path:
     return Path(f"{params_path}.json")
 
 
+VARIANTS = ("vanilla", "perceiver", "rope")
+
+
+def variant_name(config: GPTConfig) -> str:
+    """Which of VARIANTS a model config builds."""
+    return "perceiver" if config.perceiver else "rope" if config.rope else "vanilla"
+
+
 def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
     """What a params file must agree on to be loaded: stored beside it as JSON."""
     return {
-        "variant": "perceiver" if config.perceiver else "vanilla",
+        "variant": variant_name(config),
         "bottleneck_dim": config.bottleneck_dim if config.perceiver else None,
         "block_size": config.block_size,
         "n_layer": config.n_layer,
@@ -126,7 +134,7 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
-        kind = "perceiver" if "down_block.C" in state else "vanilla"
+        kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
         raise UserError(
             f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
             f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
@@ -152,6 +160,7 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
         n_head=args.n_head,
         n_embd=args.n_embd,
         perceiver=args.variant == "perceiver",
+        rope=args.variant == "rope",
         bottleneck_dim=args.bottleneck_dim,
         perceiver_init=args.perceiver_init,
         embd_pdrop=args.dropout,
@@ -160,6 +169,8 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
     )
     if config.n_embd % config.n_head:
         raise UserError(f"--n_embd {config.n_embd} must be divisible by --n_head {config.n_head}")
+    if config.rope and (config.n_embd // config.n_head) % 2:
+        raise UserError(f"rope needs an even head size; --n_embd {config.n_embd} / --n_head {config.n_head} is odd")
     if config.perceiver and config.n_layer < 2:
         raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
     if config.perceiver and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
@@ -549,7 +560,9 @@ class Parser(argparse.ArgumentParser):
 def make_parser() -> argparse.ArgumentParser:
     p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("function", choices=["pretrain", "finetune", "evaluate", "ask"], help="what to do")
-    p.add_argument("variant", choices=["vanilla", "perceiver"], help="which model")
+    p.add_argument(
+        "variant", choices=VARIANTS, help="which model: vanilla, perceiver (2023 handout) or rope (2024 handout)"
+    )
     p.add_argument("pretrain_corpus_path", help="pretraining corpus (wiki.txt); defines the vocabulary in every mode")
     p.add_argument("question", nargs="?", default=None, help='ask only: e.g. "Where was Ada Lovelace born?"')
     p.add_argument("--reading_params_path", default=None, help="params to load before training or evaluating")

@@ -44,7 +44,7 @@ def evaluate(variant, corpus, params, tsv, out, *extra):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "perceiver"])
+@pytest.mark.parametrize("variant", run.VARIANTS)
 def test_pretrain_finetune_evaluate_writes_one_prediction_per_line(
     variant, tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
 ):
@@ -81,7 +81,7 @@ def test_blank_input_lines_get_blank_predictions(tiny_corpus, tiny_train_tsv, tm
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "perceiver"])
+@pytest.mark.parametrize("variant", run.VARIANTS)
 def test_fast_decoder_predicts_exactly_what_the_reference_decoder_predicts(variant, tiny_corpus, tiny_train_tsv):
     finetune(variant, tiny_corpus, tiny_train_tsv, "ft.params", None, 40, "--batch_size", "4", "--finetune_lr", "3e-3")
     assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "fast.p", "--impl", "fast") == 0
@@ -305,6 +305,23 @@ def test_params_of_the_other_variant_are_refused(tiny_corpus, tiny_dev_tsv, caps
     capsys.readouterr()
     assert evaluate("perceiver", tiny_corpus, "v.params", tiny_dev_tsv, "x.p") == 2
     one_line_error(capsys, "variant is 'vanilla'")
+
+
+@pytest.mark.parametrize(("made", "asked"), [("rope", "vanilla"), ("vanilla", "rope")])
+def test_rope_and_vanilla_params_refuse_each_other_in_one_line(made, asked, tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain(made, tiny_corpus, "made.params")
+    capsys.readouterr()
+    assert evaluate(asked, tiny_corpus, "made.params", tiny_dev_tsv, "x.p") == 2
+    one_line_error(capsys, f"variant is {made!r}")
+
+
+@pytest.mark.parametrize(("made", "asked"), [("rope", "vanilla"), ("vanilla", "rope")])
+def test_rope_and_vanilla_params_refuse_each_other_even_without_sidecar(made, asked, tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain(made, tiny_corpus, "made.params")
+    Path("made.params.json").unlink()
+    capsys.readouterr()
+    assert evaluate(asked, tiny_corpus, "made.params", tiny_dev_tsv, "x.p") == 2
+    one_line_error(capsys, f"look like a {made} model")
 
 
 def test_params_of_another_bottleneck_are_refused_even_without_sidecar(tiny_corpus, tiny_dev_tsv, capsys):

@@ -15,11 +15,12 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 from test_attention import loop_attention
-from test_model import tiny
+from test_model import VARIANTS, tiny
 from test_trainer import tiny_run
 
 import run
 from attention import attend, causal_mask
+from run import variant_name
 from utils import greedy_decode_batch, sample
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
@@ -37,7 +38,7 @@ def exact_fp32_matmuls():
 
 def on_gpu(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of model on the GPU with the fast path on (the CPU original keeps its own)."""
-    clone = tiny(model.config.perceiver, bottleneck_dim=model.config.bottleneck_dim)
+    clone = tiny(variant_name(model.config), bottleneck_dim=model.config.bottleneck_dim)
     clone.load_state_dict(model.state_dict())
     clone.set_impl("fast")
     return clone.to(CUDA).eval()
@@ -79,10 +80,10 @@ def test_gpu_attention_gradients_in_bf16_match_float64_even_for_extreme_scores()
         assert (gpu - exact).norm() / exact.norm() < 2e-2
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_gpu_fast_path_gives_the_cpu_reference_logits_and_loss(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gpu_fast_path_gives_the_cpu_reference_logits_and_loss(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=6)
+    model = tiny(variant, bottleneck_dim=6)
     x, y = torch.randint(1, 20, (3, 14)), torch.randint(0, 20, (3, 14))
     logits, loss = model(x, y)
     gpu_logits, gpu_loss = on_gpu(model)(x.to(CUDA), y.to(CUDA))
@@ -90,10 +91,10 @@ def test_gpu_fast_path_gives_the_cpu_reference_logits_and_loss(perceiver):
     torch.testing.assert_close(gpu_loss.cpu(), loss, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_gpu_cached_decoding_logits_equal_the_cpu_full_recompute(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gpu_cached_decoding_logits_equal_the_cpu_full_recompute(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=6)
+    model = tiny(variant, bottleneck_dim=6)
     x = torch.randint(0, 20, (2, 10))
     full, _ = model(x)
     gpu, xg = on_gpu(model), x.to(CUDA)
@@ -103,10 +104,10 @@ def test_gpu_cached_decoding_logits_equal_the_cpu_full_recompute(perceiver):
     torch.testing.assert_close(torch.cat([first, *rest], dim=1).cpu(), full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_gpu_batched_greedy_decoding_equals_the_cpu_one_prompt_at_a_time(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gpu_batched_greedy_decoding_equals_the_cpu_one_prompt_at_a_time(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=8)
+    model = tiny(variant, bottleneck_dim=8)
     model.head.weight.data *= 20  # sharp logits: no near-ties for the two devices to break differently
     prompts = [torch.randint(1, 20, (n,)).tolist() for n in (2, 7, 4, 5, 11, 3)]
     batched = greedy_decode_batch(run.next_logits_fn(on_gpu(model)), prompts, 6, stop_id=3, block_size=16, device=CUDA)
@@ -144,7 +145,7 @@ def test_compiled_gpu_training_follows_the_eager_loss_curve():
     np.testing.assert_allclose(compiled, eager, rtol=1e-3)
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "perceiver"])
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_params_trained_on_the_gpu_predict_the_same_on_the_cpu(
     variant, tiny_corpus, tiny_train_tsv, tmp_path, monkeypatch
 ):

@@ -13,8 +13,13 @@ from model import GPT, GPTConfig
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "handout_state_dict.json"
 
 
-def tiny(perceiver: bool = False, **kw) -> GPT:
-    cfg = GPTConfig(vocab_size=20, block_size=16, n_layer=3, n_head=2, n_embd=16, perceiver=perceiver, **kw)
+VARIANTS = ["vanilla", "perceiver", "rope"]
+
+
+def tiny(variant: str = "vanilla", **kw) -> GPT:
+    """A small model of the named variant (eval mode); kw go to GPTConfig, e.g. bottleneck_dim."""
+    perceiver, rope = variant == "perceiver", variant == "rope"
+    cfg = GPTConfig(vocab_size=20, block_size=16, n_layer=3, n_head=2, n_embd=16, perceiver=perceiver, rope=rope, **kw)
     return GPT(cfg).eval()
 
 
@@ -36,10 +41,10 @@ def test_state_dict_keys_and_shapes_equal_the_handout_model(spec, case):
     assert sum(p.numel() for p in model.parameters()) == s["num_parameters"]
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_future_tokens_do_not_change_past_logits(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_future_tokens_do_not_change_past_logits(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=6)
+    model = tiny(variant, bottleneck_dim=6)
     x = torch.randint(0, 20, (2, 12))
     for cut in (1, 4, 9):
         changed = x.clone()
@@ -50,7 +55,7 @@ def test_future_tokens_do_not_change_past_logits(perceiver):
 
 
 def test_perceiver_maps_input_length_to_bottleneck_and_back():
-    model = tiny(True, bottleneck_dim=5)
+    model = tiny("perceiver", bottleneck_dim=5)
     x = model.drop(model.tok_emb(torch.randint(0, 20, (3, 11))) + model.pos_emb[:, :11])
     y = model.down_block(x)
     assert y.shape == (3, 5, 16)
@@ -60,10 +65,10 @@ def test_perceiver_maps_input_length_to_bottleneck_and_back():
     assert len(model.blocks) == 1  # n_layer - 2
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_loss_of_a_cropped_batch_equals_the_full_length_loss(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_loss_of_a_cropped_batch_equals_the_full_length_loss(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=6)
+    model = tiny(variant, bottleneck_dim=6)
     x = torch.randint(2, 20, (3, 15))
     y = torch.randint(2, 20, (3, 15))
     x[:, 9:] = 0
@@ -75,7 +80,7 @@ def test_loss_of_a_cropped_batch_equals_the_full_length_loss(perceiver):
 
 def test_perceiver_fast_path_crops_the_bottleneck_without_changing_logits():
     torch.manual_seed(0)
-    model = tiny(True, bottleneck_dim=12)
+    model = tiny("perceiver", bottleneck_dim=12)
     x = torch.randint(0, 20, (2, 7))  # shorter than the bottleneck
     reference, _ = model(x)
     model.set_impl("fast")
@@ -97,10 +102,10 @@ def test_loss_ignores_pad_targets():
     assert not torch.isclose(loss, loss_pad)
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_cached_decoding_logits_equal_full_recompute(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_decoding_logits_equal_full_recompute(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=6)  # the perceiver's steps run past its bottleneck length
+    model = tiny(variant, bottleneck_dim=6)  # the perceiver's steps run past its bottleneck length
     x = torch.randint(0, 20, (2, 10))
     full, _ = model(x)
     caches = model.new_caches()
@@ -109,10 +114,10 @@ def test_cached_decoding_logits_equal_full_recompute(perceiver):
     torch.testing.assert_close(torch.cat([first, *rest], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_cache_rows_of_different_lengths_see_only_their_own_positions(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cache_rows_of_different_lengths_see_only_their_own_positions(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=5)
+    model = tiny(variant, bottleneck_dim=5)
     x = torch.randint(1, 20, (3, 9))
     lengths = torch.tensor([3, 6, 4])
     caches = model.new_caches()
@@ -125,10 +130,10 @@ def test_cache_rows_of_different_lengths_see_only_their_own_positions(perceiver)
         torch.testing.assert_close(step[row, -1], alone[0, -1], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_dropping_cache_rows_keeps_the_others_unchanged(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_dropping_cache_rows_keeps_the_others_unchanged(variant):
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=4)
+    model = tiny(variant, bottleneck_dim=4)
     x = torch.randint(1, 20, (3, 6))
     caches = model.new_caches()
     model(x[:, :5], caches=caches)
@@ -139,13 +144,13 @@ def test_dropping_cache_rows_keeps_the_others_unchanged(perceiver):
     torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_batched_greedy_decoding_equals_one_prompt_at_a_time(perceiver):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batched_greedy_decoding_equals_one_prompt_at_a_time(variant):
     from run import next_logits_fn
     from utils import greedy_decode_batch, sample
 
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=8)
+    model = tiny(variant, bottleneck_dim=8)
     model.head.weight.data *= 20  # sharp logits: no near-ties for the two paths to break differently
     prompts = [torch.randint(1, 20, (n,)).tolist() for n in (2, 7, 4, 5, 11)]
     prompts += [[5, 6, 7, *torch.randint(1, 20, (n,)).tolist()] for n in (1, 4, 2)]  # a shared prefix
@@ -169,8 +174,8 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
     assert shared_prefix_length(tokens[:, 1:], torch.tensor([4, 4, 4])) == 2
 
 
-@pytest.mark.parametrize("perceiver", [False, True], ids=["vanilla", "perceiver"])
-def test_finished_rows_leave_the_caches_only_when_half_have_finished(perceiver, monkeypatch):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_finished_rows_leave_the_caches_only_when_half_have_finished(variant, monkeypatch):
     from attention import KVCache
     from run import next_logits_fn
     from utils import greedy_decode_batch
@@ -184,7 +189,7 @@ def test_finished_rows_leave_the_caches_only_when_half_have_finished(perceiver, 
 
     monkeypatch.setattr(KVCache, "keep_rows", counting_keep_rows)
     torch.manual_seed(0)
-    model = tiny(perceiver, bottleneck_dim=8)
+    model = tiny(variant, bottleneck_dim=8)
     prompts = [[1 + i, *torch.randint(1, 20, (n,)).tolist()] for i, n in enumerate((3, 4, 9, 10, 11, 12, 13, 14))]
     out = greedy_decode_batch(next_logits_fn(model), prompts, 8, stop_id=-1, block_size=16, device="cpu")
     assert [len(o) for o in out] == [8, 8, 6, 5, 4, 3, 2, 1]  # the long rows stop at the block's end, one per step
@@ -257,7 +262,7 @@ def test_cpu_info_reads_the_first_processors_fields(tmp_path):
 
 def test_projection_attention_rows_are_distributions_over_allowed_positions():
     torch.manual_seed(0)
-    down, up = tiny(True, bottleneck_dim=5).projection_attention(torch.randint(0, 20, (2, 9)))
+    down, up = tiny("perceiver", bottleneck_dim=5).projection_attention(torch.randint(0, 20, (2, 9)))
     assert down.shape == (2, 2, 5, 9) and up.shape == (2, 2, 9, 5)
     for weights in (down, up):
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
@@ -274,7 +279,7 @@ def test_freezing_the_lower_vanilla_blocks_leaves_the_upper_ones_and_the_head_tr
 
 
 def test_freezing_the_perceiver_counts_its_down_projection_as_the_first_block():
-    model = tiny(perceiver=True)
+    model = tiny("perceiver")
     model.freeze_lower(1)
     fixed = {n for n, p in model.named_parameters() if not p.requires_grad}
     assert "down_block.C" in fixed and "down_block.attn.query.weight" in fixed

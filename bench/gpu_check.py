@@ -1,0 +1,326 @@
+"""The course's numbers on a CUDA GPU: the handout's exact recipe for every variant, runs sharing one GPU.
+
+    python bench/gpu_check.py                       # tests/test_cuda.py, then 3 variants x 2 seeds in parallel
+    python bench/gpu_check.py --seeds 0 --deadline_minutes 6
+    GPU_CHECK_TINY=1 python bench/gpu_check.py      # a rehearsal on any machine, CPU included, in a few minutes
+
+What it does:
+  1. starts `pytest tests/test_cuda.py` (its log: <workdir>/test_cuda.log);
+  2. starts, side by side, the handout's pretrain -> finetune -> evaluate (dev and test) for each
+     variant and seed, exactly the handout's commands (`--preset handout`, the default: 650 epochs,
+     batch 128, lr 6e-3, dropout 0.1; the perceiver with --bottleneck_dim 64 --pretrain_lr 6e-3);
+     the model is small and the GPU waits on kernel launches, so several runs share it well;
+  3. after about a minute, measures each run's epoch time, says whether the 650 epochs fit before
+     --deadline_minutes, and if they do not, stops the highest seeds until they do (the others then
+     run faster); what it stopped is recorded as stopped;
+  4. appends one JSON line per finished run to --results (default bench/results/gpu.jsonl): the
+     GPU, torch and CUDA versions, the attention kernel, the seconds of each step and the dev
+     accuracy; and prints a table beside the handout's published figures.
+
+The tiny mode (GPU_CHECK_TINY=1 or --tiny) trains 2 pretraining and 1 finetuning epoch and
+answers 20 dev and test lines, to rehearse the whole script before spending device time; its
+rows go to --results only when that is given explicitly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import attention  # noqa: E402
+from utils import cpu_name  # noqa: E402
+
+RUN_PY = str(ROOT / "src" / "run.py")
+VARIANT_FLAGS = {
+    "vanilla": [],
+    "perceiver": ["--bottleneck_dim", "64"],  # the 2023 handout's perceiver commands
+    "rope": [],
+}
+PRETRAIN_ONLY_FLAGS = {"perceiver": ["--pretrain_lr", "6e-3"]}
+# Dev accuracy the course published for the handout's recipe (2023 handout: vanilla, perceiver).
+PUBLISHED = {"vanilla": 0.214, "perceiver": 0.170}
+HANDOUT_EPOCHS = 650
+AFTER_PRETRAIN_SECONDS = 45  # finetune (10 epochs) and two evaluations, as a margin for the plan
+
+
+class Slots:
+    """How many runs may go at once, and the CPU threads each gets: all at once sharing a GPU;
+    one at a time on a CPU, where parallel torch processes slow each other several times over."""
+
+    def __init__(self, runs: int):
+        self.parallel = runs if torch.cuda.is_available() else 1
+        self.semaphore = threading.Semaphore(self.parallel)
+        self.threads = max(1, (os.cpu_count() or 1) // self.parallel)
+
+
+class Run:
+    """One variant and seed: its pipeline runs in a thread, one command after another."""
+
+    def __init__(self, variant: str, seed: int, folder: Path, tiny: bool, data: dict[str, str], slots: Slots,
+                 on_finish: Callable[[Run], None]):  # fmt: skip
+        self.variant, self.seed, self.folder, self.slots, self.on_finish = variant, seed, folder, slots, on_finish
+        self.name = f"{variant}_seed{seed}"
+        self.stopped: str | None = None  # why, once stopped
+        self.failed: str | None = None
+        self.seconds: dict[str, float] = {}
+        self.output = ""
+        self.proc: subprocess.Popen | None = None
+        self.epoch_times: list[tuple[int, float]] = []  # (epochs done, when first seen)
+        common = [variant, "wiki.txt", *VARIANT_FLAGS[variant], "--seed", str(seed)]
+        pre, fine = "pretrain.params", "finetune.params"
+        pretrain_epochs = ["--max_epochs", "2"] if tiny else []
+        finetune_epochs = ["--max_epochs", "1"] if tiny else []
+        self.commands = {
+            "pretrain": ["pretrain", *common, "--writing_params_path", pre, *PRETRAIN_ONLY_FLAGS.get(variant, []),
+                         *pretrain_epochs],
+            "finetune": ["finetune", *common, "--reading_params_path", pre, "--writing_params_path", fine,
+                         "--finetune_corpus_path", "birth_places_train.tsv", *finetune_epochs],
+            "evaluate": ["evaluate", *common, "--reading_params_path", fine, "--eval_corpus_path", data["dev"],
+                         "--outputs_path", "dev.predictions"],
+            "evaluate_test": ["evaluate", *common, "--reading_params_path", fine, "--eval_corpus_path",
+                              data["test"], "--outputs_path", "test.predictions"],
+        }  # fmt: skip
+        self.thread = threading.Thread(target=self.pipeline, daemon=True)
+
+    def pipeline(self) -> None:
+        with self.slots.semaphore:
+            self.run_commands()
+        self.on_finish(self)
+
+    def run_commands(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.slots.threads), "PYTHONUNBUFFERED": "1"}
+        for step, argv in self.commands.items():
+            if self.stopped:
+                return
+            t0 = time.time()
+            with open(self.folder / f"{step}.log", "w") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, RUN_PY, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, env=env
+                )
+                code = self.proc.wait()
+            self.seconds[step] = round(time.time() - t0, 1)
+            if code != 0:
+                if not self.stopped:
+                    self.failed = f"{step} exited with code {code}; see {self.folder / f'{step}.log'}"
+                return
+            if step == "evaluate":
+                self.output = (self.folder / "evaluate.log").read_text(errors="replace")
+
+    def epochs_done(self) -> int:
+        """Pretraining epochs finished so far, from run.py's "epoch N/M: loss" lines."""
+        log = self.folder / "pretrain.log"
+        if "pretrain" in self.seconds:
+            return HANDOUT_EPOCHS
+        if not log.is_file():
+            return 0
+        found = re.findall(r"epoch (\d+)/\d+: loss", log.read_text(errors="replace"))
+        return int(found[-1]) if found else 0
+
+    def observe(self) -> None:
+        done = self.epochs_done()
+        if not self.epoch_times or self.epoch_times[-1][0] != done:
+            self.epoch_times.append((done, time.time()))
+
+    def pace(self, since: float = 0.0) -> float | None:
+        """Seconds per epoch over the epochs finished after `since` (a time), or None if too few."""
+        seen = [(n, t) for n, t in self.epoch_times if n > 0 and t >= since]
+        if len(seen) < 2 or seen[-1][0] - seen[0][0] < 3:
+            return None
+        return (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
+
+    def stop(self, why: str) -> None:
+        self.stopped = why
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # run.py checkpoints and exits
+
+    def accuracy(self) -> tuple[int, int] | None:
+        """(correct, total) on dev, once evaluated."""
+        m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", self.output)
+        return (int(float(m.group(1))), int(float(m.group(2)))) if m else None
+
+
+def machine() -> dict:
+    """The GPU (or CPU) and software a row was measured with."""
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
+    if torch.cuda.is_available():
+        info["device"] = "cuda"
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["attention_kernel"] = ",".join(k.name for k in attention.CUDA_ATTENTION_KERNELS)
+        info["precision"] = "bf16 autocast" if torch.cuda.is_bf16_supported() else "fp32"
+    else:
+        info["device"] = "cpu"
+        info["cpu"] = cpu_name()
+    return info
+
+
+def first_lines(source: Path, dest: Path, n: int) -> str:
+    dest.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:n]), encoding="utf-8")
+    return str(dest)
+
+
+def projected_end(run: Run, since: float) -> float | None:
+    """When `run` should finish everything, at its pace since `since`; None until that can be told."""
+    pace = run.pace(since)
+    if pace is None:
+        return None
+    done, when = run.epoch_times[-1]
+    return when + (HANDOUT_EPOCHS - done) * pace + AFTER_PRETRAIN_SECONDS
+
+
+def supervise(runs: list[Run], deadline: float, tiny: bool) -> None:
+    """Wait for every run; once paces are known, stop the highest seeds while the rest would not fit."""
+    since, decided = time.time(), tiny  # the tiny rehearsal has nothing to plan
+    while any(r.thread.is_alive() for r in runs):
+        time.sleep(2)
+        live = [r for r in runs if r.thread.is_alive() and not r.stopped]
+        for r in live:
+            r.observe()
+        if decided:
+            continue
+        ends = [projected_end(r, since) for r in live if "pretrain" not in r.seconds]
+        if not ends or None in ends:
+            continue
+        latest = max(ends)
+        left = (latest - time.time()) / 60
+        seeds = sorted({r.seed for r in live})
+        if latest <= deadline:
+            print(f"plan: at the measured paces all {len(live)} runs finish in about {left:.1f} min, inside the "
+                  f"deadline ({(deadline - time.time()) / 60:.1f} min left)", flush=True)  # fmt: skip
+            decided = True
+        elif len(seeds) > 1:
+            for r in live:
+                if r.seed == seeds[-1]:
+                    r.stop("stopped to fit the deadline")
+            print(f"plan: {len(live)} runs would need about {left:.1f} min, past the deadline: stopped seed "
+                  f"{seeds[-1]}; measuring again", flush=True)  # fmt: skip
+            since = time.time()
+        else:
+            print(f"plan: even one seed needs about {left:.1f} min, past the deadline "
+                  f"({(deadline - time.time()) / 60:.1f} min left); the 650 epochs do not fit", flush=True)  # fmt: skip
+            decided = True
+
+
+class Results:
+    """Where finished runs go, one JSON line each, written as each run ends (a run cut short by the
+    device's time limit loses nothing already finished)."""
+
+    def __init__(self, path: Path | None, info: dict, tiny: bool, tests: subprocess.Popen | None):
+        self.path, self.info, self.tiny, self.tests = path, info, tiny, tests
+        self.lock = threading.Lock()
+
+    def tests_passed(self) -> bool | None:
+        """True or False once tests/test_cuda.py has finished; None while it runs or if skipped."""
+        code = None if self.tests is None else self.tests.poll()
+        return None if code is None else code == 0
+
+    def append(self, r: Run) -> None:
+        acc = r.accuracy()
+        if acc is None or self.path is None:
+            return
+        row = {
+            "name": f"{r.variant}_{self.info['device']}_handout_seed{r.seed}" + ("_tiny" if self.tiny else ""),
+            "date": datetime.date.today().isoformat(), "variant": r.variant, "recipe": "handout", "seed": r.seed,
+            **self.info, "pretrain_epochs": 2 if self.tiny else HANDOUT_EPOCHS,
+            "runs_sharing_device": r.slots.parallel, "pretrain_seconds": r.seconds["pretrain"],
+            "finetune_seconds": r.seconds["finetune"], "evaluate_seconds": r.seconds["evaluate"],
+            "dev_correct": acc[0], "dev_total": acc[1], "dev_accuracy": acc[0] / acc[1],
+            "tests_cuda_passed": self.tests_passed(),
+            "commands": [" ".join(["python src/run.py", *c]) for c in r.commands.values()],
+        }  # fmt: skip
+        with self.lock, open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def print_table(runs: list[Run]) -> None:
+    print("\n| variant | seed | pretrain | finetune | evaluate | dev | published |\n|---|---|---|---|---|---|---|")
+    for r in runs:
+        acc = r.accuracy()
+        status = r.stopped or r.failed or ("ok" if acc else "not finished")
+        dev = f"{acc[0] / acc[1]:.1%} ({acc[0]}/{acc[1]})" if acc else status
+        published = f"{PUBLISHED[r.variant]:.1%}" if r.variant in PUBLISHED else "-"
+        minutes = [f"{r.seconds[s] / 60:.1f} min" if s in r.seconds else "-" for s in ("pretrain", "finetune")]
+        print(f"| {r.variant} | {r.seed} | {minutes[0]} | {minutes[1]} | {r.seconds.get('evaluate', '-')} s | "
+              f"{dev} | {published} |", flush=True)  # fmt: skip
+
+
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", nargs="+", default=list(VARIANT_FLAGS), choices=list(VARIANT_FLAGS))
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds to start, the highest stopped first "
+                   "if they do not fit (default 0 1; tiny: 0)")  # fmt: skip
+    p.add_argument("--deadline_minutes", type=float, default=8.0, help="when every run should be done")
+    p.add_argument("--workdir", type=Path, default=ROOT / "bench" / "runs" / "gpu_check")
+    p.add_argument("--results", type=Path, default=None, help="JSONL to append to (bench/results/gpu.jsonl)")
+    p.add_argument("--tiny", action="store_true", default=os.environ.get("GPU_CHECK_TINY") == "1")
+    p.add_argument("--skip_tests", action="store_true", help="do not run tests/test_cuda.py")
+    args = p.parse_args(argv)
+    if args.seeds is None:
+        args.seeds = [0] if args.tiny else [0, 1]
+    if args.results is None and not args.tiny:
+        args.results = ROOT / "bench" / "results" / "gpu.jsonl"
+    start = time.time()
+    deadline = start + args.deadline_minutes * 60
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    data = {"dev": "birth_dev.tsv", "test": "birth_test_inputs.tsv"}
+    if args.tiny:
+        for key, name in data.items():
+            data[key] = first_lines(ROOT / "data" / name, args.workdir / f"{key}20.tsv", 20)
+    info = machine()
+    print(f"gpu_check on {info.get('gpu', info.get('cpu'))}, torch {info['torch']}, CUDA {info['cuda']}", flush=True)
+    tests = None
+    if not args.skip_tests:
+        with open(args.workdir / "test_cuda.log", "w") as log:  # the child keeps its own handle
+            tests = subprocess.Popen(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_cuda.py"],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+    results = Results(args.results, info, args.tiny, tests)
+    slots = Slots(len(args.seeds) * len(args.variants))
+    runs = [
+        Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append)
+        for s in args.seeds
+        for v in args.variants
+    ]
+    signal.signal(signal.SIGTERM, interrupt)  # `timeout` around this script: report what finished
+    try:
+        for r in runs:
+            r.thread.start()
+        supervise(runs, deadline, args.tiny)
+        if tests is not None:
+            tests.wait()
+    except KeyboardInterrupt:
+        print("interrupted: stopping the runs still going", flush=True)
+        for r in runs:
+            r.stop("stopped: the script was interrupted")
+    passed = results.tests_passed()
+    if tests is not None:
+        summary = (args.workdir / "test_cuda.log").read_text(errors="replace").strip().splitlines()
+        verdict = {True: "passed", False: "FAILED", None: "not finished"}[passed]
+        print(f"tests/test_cuda.py: {verdict} ({summary[-1] if summary else ''})")
+    print_table(runs)
+    print(f"\nwall clock {(time.time() - start) / 60:.1f} min; rows appended to {args.results}")
+    return 0 if all(r.accuracy() or r.stopped for r in runs) and passed is not False else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
