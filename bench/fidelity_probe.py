@@ -44,7 +44,7 @@ CPU = torch.device("cpu")
 PATHS = {
     "fast": {},
     "fast-fp32": {"bf16": False},
-    "fast-unbucketed": {"bucket": False},
+    "fast-unbucketed": {"order": "shuffled"},
     "fast-weighted": {"token_weighted": True},
     "reference": {"impl": "reference"},
 }
@@ -82,7 +82,7 @@ def main() -> None:
     p.add_argument("--dropout", type=float, default=0.1, help="dropout (the handout's 0.1)")
     args = p.parse_args()
     ds = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), 128)
-    held_out = list(ds.epoch_batches(128, np.random.default_rng(999), bucket=False))[:10]
+    held_out = list(ds.epoch_batches(128, np.random.default_rng(999), order="shuffled"))[:10]
     for path in args.paths:
         t0 = time.time()
         loss = probe(ds, held_out, path, args.steps, args.lr, args.dropout)

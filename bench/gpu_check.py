@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=list(VARIANT_FLAGS), choices=list(VARIANT_FLAGS))
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds to start, the highest stopped first "
                    "if they do not fit (default 0 1; tiny: 0)")  # fmt: skip
+    p.add_argument("--runs", nargs="+", default=None, metavar="VARIANT:SEED",
+                   help="exactly these runs instead of every variant x seed, e.g. vanilla:0 vanilla:1 rope:0")  # fmt: skip
     p.add_argument("--deadline_minutes", type=float, default=8.0, help="when every run should be done")
     p.add_argument("--workdir", type=Path, default=ROOT / "bench" / "runs" / "gpu_check")
     p.add_argument("--results", type=Path, default=None, help="JSONL to append to (bench/results/gpu.jsonl)")
@@ -295,12 +297,13 @@ def main(argv: list[str] | None = None) -> int:
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
     results = Results(args.results, info, args.tiny, tests)
-    slots = Slots(len(args.seeds) * len(args.variants))
-    runs = [
-        Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append)
-        for s in args.seeds
-        for v in args.variants
-    ]
+    pairs = [(v, s) for s in args.seeds for v in args.variants]
+    if args.runs:
+        pairs = [(r.split(":")[0], int(r.split(":")[1])) for r in args.runs]
+        if any(v not in VARIANT_FLAGS for v, _ in pairs):
+            p.error(f"--runs: variants are {', '.join(VARIANT_FLAGS)}")
+    slots = Slots(len(pairs))
+    runs = [Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append) for v, s in pairs]
     signal.signal(signal.SIGTERM, interrupt)  # `timeout` around this script: report what finished
     try:
         for r in runs:

@@ -195,17 +195,15 @@ class CharCorruptionDataset(Dataset):
         return ids, (L + 2 + offset)[:, 0]
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (x, y) batches, every document once, in random order.
+        """One epoch of (x, y) batches, every document once (see ORDERS for `order`).
 
-        With bucket=True examples of similar length share a batch (batches
-        shuffled) and each batch is cropped to its longest example: PAD targets
-        are ignored by the loss, so this changes no loss, only the work done.
+        Each batch is cropped to its longest example: PAD targets are ignored
+        by the loss, so this changes no loss, only the work done.
         """
-        order = rng.permutation(len(self))
-        ids, real_len = self.corrupted_ids(order, rng)
-        yield from _batches(ids, real_len, batch_size, rng, bucket)
+        ids, real_len = self.corrupted_ids(example_order(len(self), rng, order), rng)
+        yield from _batches(ids, real_len, batch_size, rng, order == "bucketed")
 
 
 # ---------------------------------------------------------------------------
@@ -295,11 +293,11 @@ class NameDataset(Dataset):
         return x, y
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (x, y) batches in random order (see CharCorruptionDataset.epoch_batches)."""
-        ids, real_len, target_mask = self.examples(rng.permutation(len(self)))
-        yield from _batches(ids, real_len, batch_size, rng, bucket, target_mask)
+        """One epoch of (x, y) batches (see CharCorruptionDataset.epoch_batches)."""
+        ids, real_len, target_mask = self.examples(example_order(len(self), rng, order))
+        yield from _batches(ids, real_len, batch_size, rng, order == "bucketed", target_mask)
 
     def examples(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids (N, block_size), real_len (N,), target_mask (N, block_size)) of the examples in `order`."""
@@ -329,9 +327,10 @@ class MixedDataset(Dataset):
         return self.corruption[idx] if idx < n else self.questions[idx - n]
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (x, y) batches (see CharCorruptionDataset.epoch_batches)."""
+        """One epoch of (x, y) batches (see CharCorruptionDataset.epoch_batches); "file" is not supported."""
+        bucket = order == "bucketed"
         doc_ids, doc_len = self.corruption.corrupted_ids(rng.permutation(len(self.corruption)), rng)
         q_ids, q_len, q_mask = self.questions.examples(rng.permutation(len(self.questions)))
         ids = np.concatenate([doc_ids, q_ids])
@@ -341,7 +340,21 @@ class MixedDataset(Dataset):
         yield from _batches(ids[mix], real_len[mix], batch_size, rng, bucket, target_mask[mix])
 
 
-CROP_MULTIPLE = 8  # bucketed batches are cropped to a multiple of this many positions (see _batches)
+CROP_MULTIPLE = 8  # batches are cropped to a multiple of this many positions (see _batches)
+
+# How an epoch's examples are ordered into batches:
+#   "bucketed": shuffled, then grouped by length (the fast path's default: least padding);
+#   "shuffled": random batches;
+#   "file":     the corpus's own order, the same batches every epoch, as the handout's trainer
+#               builds them (its DataLoader is not told to shuffle).
+ORDERS = ("bucketed", "shuffled", "file")
+
+
+def example_order(n: int, rng: np.random.Generator, order: str) -> np.ndarray:
+    """The indices 0..n-1 in the order the examples of an epoch are batched (see ORDERS)."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}")
+    return np.arange(n) if order == "file" else rng.permutation(n)
 
 
 def _batches(
@@ -369,11 +382,9 @@ def _batches(
     for s in starts:
         idx = order[s : s + batch_size]
         # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
-        width = ids.shape[1] - 1
-        if bucket:
-            # Rounded up to a multiple of CROP_MULTIPLE: 16 tensor shapes instead of ~110 keep the CPU
-            # allocator from fragmenting (measured: memory grew ~5 MB a step and steps slowed; README, "Speed").
-            width = min(width, -(-(int(real_len[idx].max()) - 1) // CROP_MULTIPLE) * CROP_MULTIPLE)
+        # Rounded up to a multiple of CROP_MULTIPLE: 16 tensor shapes instead of ~110 keep the CPU
+        # allocator from fragmenting (measured: memory grew ~5 MB a step and steps slowed; README, "Speed").
+        width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // CROP_MULTIPLE) * CROP_MULTIPLE)
         x = torch.from_numpy(ids[idx, :width])
         y = torch.from_numpy(targets[idx, 1 : width + 1])
         yield x, y

@@ -197,13 +197,16 @@ def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
 _CPU_FINETUNE = {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"}
 _CPU_FINETUNE_PRETRAINED = {"max_epochs": 10, "batch_size": 256, "finetune_lr": 5e-5, "dropout": 0.0,
                             "schedule": "handout"}  # fmt: skip
+# The handout's trainer also batches the examples in file order, the same batches every epoch (its
+# DataLoader does not shuffle), and decays every parameter but the biases: "order" and "decay".
+_HANDOUT_LOOP = {"schedule": "handout", "order": "file", "decay": "all_but_biases"}
 PRESETS = {
     "handout": {
         "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "doc_offset": 0,
-                     "schedule": "handout"},
-        "finetune": {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, "schedule": "handout"},
+                     **_HANDOUT_LOOP},
+        "finetune": {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1, **_HANDOUT_LOOP},
         "finetune_pretrained": {"max_epochs": 10, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1,
-                                "schedule": "handout"},
+                                **_HANDOUT_LOOP},
     },
     "cpu": {
         "pretrain": {"max_epochs": 480, "batch_size": 128, "pretrain_lr": 2e-3, "dropout": 0.0, "doc_offset": 14,
@@ -228,6 +231,8 @@ def apply_preset(args: argparse.Namespace) -> None:
         phase = "finetune_pretrained" if args.reading_params_path else "finetune"
     preset = dict(PRESETS[args.preset][phase])
     args.schedule = preset.pop("schedule")
+    args.order = preset.pop("order", "bucketed")
+    args.decay = preset.pop("decay", "matmul")
     defaults = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw"}
     for key, value in {**defaults, **preset}.items():
         if getattr(args, key) is None:
@@ -268,6 +273,8 @@ def trainer_config(
         budget_fit=args.budget_fit,
         budget_replan=args.budget_replan,
         impl=args.impl,
+        order=args.order,
+        decay=args.decay,
         bf16=not args.fp32,
         compile=args.compile,
         token_weighted=args.token_weighted,

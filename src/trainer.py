@@ -64,7 +64,14 @@ class TrainerConfig:
     # bucketed batch of short examples steps as little as its tokens deserve (as
     # in the handout's mixed-length batches); False gives every batch equal weight.
     token_weighted: bool = False
-    bucket: bool = True  # fast path: length-bucketed batches; False: random batches as in the handout
+    # How each epoch's examples are batched: "bucketed" (the fast path's: shuffled and grouped by
+    # length), "shuffled" or "file" (the handout's trainer: the corpus order, the same every epoch).
+    order: str = "bucketed"
+    # Which parameters weight decay shrinks: "matmul" (the weights of nn.Linear layers, see
+    # make_optimizer) or "all_but_biases" (the handout's trainer: it exempts biases and any name
+    # containing "LayerNorm.weight", which no name here contains, so embeddings, the position
+    # table, LayerNorm gains and the perceiver's basis all decay).
+    decay: str = "matmul"
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
@@ -214,16 +221,23 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     """AdamW with weight decay on matmul weights only (config.optimizer "adamw", the handout's), or
     Muon for the hidden layers' matmul weights and that AdamW for the rest ("muon").
 
-    The decay rule: the weight of every nn.Linear decays; biases, LayerNorm parameters,
-    the token embedding table, the position table and the perceiver's learned
-    basis do not (they are looked up or added, not multiplied, so shrinking them
-    towards zero is not a useful prior). Muon takes every decayed weight except the
-    output layer `head`, which, like the embeddings, stays with AdamW as Muon's authors advise.
+    The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases,
+    LayerNorm parameters, the token embedding table, the position table and the perceiver's
+    learned basis do not (they are looked up or added, not multiplied, so shrinking them
+    towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes
+    every nn.Linear weight except the output layer `head`, which, like the embeddings, stays
+    with AdamW as Muon's authors advise.
     Frozen parameters (requires_grad False, see GPT.freeze_lower) are in neither.
     """
-    decay = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are
-    hidden = {n for n in decay if not n.startswith("head.")} if config.optimizer == "muon" else set()
+    if config.decay == "matmul":
+        decay = linear
+    elif config.decay == "all_but_biases":
+        decay = {n for n in params if not n.endswith("bias")}
+    else:
+        raise ValueError(f"unknown decay {config.decay!r}")
+    hidden = {n for n in linear if not n.startswith("head.")} if config.optimizer == "muon" else set()
     groups = [
         {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
         {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
@@ -311,7 +325,9 @@ class Trainer:
         cfg = self.config
         if cfg.impl == "reference":
             g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-            order = torch.randperm(len(self.train_dataset), generator=g)[skip * cfg.batch_size :].tolist()
+            n = len(self.train_dataset)
+            order = torch.arange(n) if cfg.order == "file" else torch.randperm(n, generator=g)
+            order = order[skip * cfg.batch_size :].tolist()
             return DataLoader(
                 self.train_dataset,
                 batch_size=cfg.batch_size,
@@ -320,7 +336,7 @@ class Trainer:
                 generator=g,  # keeps the loader from drawing on the global RNG (exact resume)
             )
         rng = np.random.default_rng([cfg.seed, epoch])
-        return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.bucket), skip, None)
+        return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
 
     # -- checkpoints ----------------------------------------------------------
 

@@ -418,6 +418,17 @@ def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
     assert resolved("finetune", "vanilla", "wiki.txt").max_epochs == 75
 
 
+@pytest.mark.parametrize("function", ["pretrain", "finetune"])
+def test_handout_preset_batches_in_file_order_and_decays_all_but_biases_as_the_handouts_trainer(function):
+    cfg = run.trainer_config(resolved(function, "vanilla", "wiki.txt"), 2937)
+    assert (cfg.order, cfg.decay) == ("file", "all_but_biases")
+
+
+def test_cpu_preset_batches_by_length_and_decays_matmul_weights_only():
+    cfg = run.trainer_config(resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu"), 2937)
+    assert (cfg.order, cfg.decay) == ("bucketed", "matmul")
+
+
 def test_cpu_preset_ends_its_cosine_with_the_run():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
     cfg = run.trainer_config(args, 2937)

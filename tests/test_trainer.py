@@ -415,14 +415,47 @@ def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sor
     ds = CharCorruptionDataset(text, 32)
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
 
-    def real_lengths(bucket: bool) -> list[np.ndarray]:
-        trainer = Trainer(model, ds, TrainerConfig(batch_size=8, bucket=bucket), torch.device("cpu"))
+    def real_lengths(order: str) -> list[np.ndarray]:
+        trainer = Trainer(model, ds, TrainerConfig(batch_size=8, order=order), torch.device("cpu"))
         return [(y != 0).sum(1).numpy() for _, y in trainer.batches(0)]
 
-    bucketed, unbucketed = real_lengths(True), real_lengths(False)
+    bucketed, unbucketed = real_lengths("bucketed"), real_lengths("shuffled")
     assert sorted(np.concatenate(bucketed)) == sorted(np.concatenate(unbucketed))  # the same examples
     spread = lambda batches: np.mean([b.max() - b.min() for b in batches])  # noqa: E731
     assert spread(bucketed) < spread(unbucketed)
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_file_order_batches_the_same_documents_in_the_same_order_every_epoch(impl):
+    text = "".join(chr(ord("a") + i) * 20 + "\n" for i in range(20))  # document i is one letter repeated
+    ds = CharCorruptionDataset(text, 32)
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
+    trainer = Trainer(model, ds, TrainerConfig(batch_size=8, order="file", impl=impl), torch.device("cpu"))
+
+    def documents(epoch: int) -> list[list[int]]:
+        return [[ord(ds.vocab.decode([int(t) for t in row if t > 1])[0]) - ord("a") for row in x]
+                for x, _ in trainer.batches(epoch)]  # fmt: skip
+
+    expected = [list(range(0, 8)), list(range(8, 16)), list(range(16, 20))]
+    assert documents(0) == expected
+    assert documents(1) == expected
+
+
+def test_handout_decay_shrinks_every_parameter_but_the_biases():
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=16))
+    optimizer = make_optimizer(model, TrainerConfig(decay="all_but_biases"))
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in decayed}
+    assert names == {n for n, _ in model.named_parameters() if not n.endswith("bias")}
+    assert {"tok_emb.weight", "pos_emb", "ln_f.weight"} <= names
+
+
+def test_default_decay_shrinks_only_matmul_weights():
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=16))
+    optimizer = make_optimizer(model, TrainerConfig())
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in decayed}
+    assert names and all(n.endswith(".weight") and ".ln" not in n and "emb" not in n for n in names)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
