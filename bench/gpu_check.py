@@ -240,11 +240,17 @@ class Results:
             "runs_sharing_device": r.slots.parallel, "pretrain_seconds": r.seconds["pretrain"],
             "finetune_seconds": r.seconds["finetune"], "evaluate_seconds": r.seconds["evaluate"],
             "dev_correct": acc[0], "dev_total": acc[1], "dev_accuracy": acc[0] / acc[1],
-            "tests_cuda_passed": self.tests_passed(),
+            "tests_cuda_passed": self.tests_passed(), **trainer_settings(r.folder / "pretrain.params.json"),
             "commands": [" ".join(["python src/run.py", *c]) for c in r.commands.values()],
         }  # fmt: skip
         with self.lock, open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def trainer_settings(sidecar: Path) -> dict:
+    """How the pretraining batched its examples and which parameters it decayed, from run.py's sidecar."""
+    trainer = json.loads(sidecar.read_text())["trainer"]
+    return {"order": trainer["order"], "decay": trainer["decay"]}
 
 
 def print_table(runs: list[Run]) -> None:
