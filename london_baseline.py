@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from dataset import read_questions  # noqa: E402
+from dataset import read_questions, score_places  # noqa: E402
 from run import find_data_file  # noqa: E402
-from utils import UserError, evaluate_places, write_text_atomic  # noqa: E402
+from utils import UserError, write_text_atomic  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         predictions = ["London" for q in entries if q is not None]
         if args.outputs_path:
             write_text_atomic(args.outputs_path, "".join("London\n" if q else "\n" for q in entries))
-        total, correct = evaluate_places(path, predictions)
+        total, correct = score_places([q for q in entries if q is not None], predictions)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

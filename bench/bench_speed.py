@@ -2,27 +2,28 @@
 
     python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
     python bench/bench_speed.py --parts train   # train | eval | finetune | optimizer
-    python bench/bench_speed.py --parts train --compile   # also the fast path under --compile
     python bench/bench_speed.py --parts eval --trained_only --trained RUN/finetune.params   # a trained model only
 
-(1) training throughput for vanilla and perceiver: real tokens/s (non-PAD
+(1) training throughput for each variant: real tokens/s (non-PAD
     targets) and handout-equivalent tokens/s (examples x 127 positions, what the
     handout's loop computes), reference vs fast;
 (2) greedy decoding of the 500 dev questions: reference (one line at a time,
-    full recompute) vs fast (batched; KV cache for vanilla);
+    full recompute) vs fast (batched, with KV caches);
 (3) a 10-epoch finetune on the 2,000 training questions with the fast path;
 (4) with --parts optimizer: one optimizer step for vanilla's parameters, AdamW
     (fused, the fast path's) against --optimizer muon, and Muon's Newton–Schulz
     iteration against the fast path's version of it (not run by default).
 
-Prints a markdown table and writes bench/results/speed.json. Wall-clock on a
-shared machine is noisy: compare the ratios, which are measured back to back.
+Prints a markdown table, writes --out (JSON) and appends one line to
+bench/results/speed.jsonl, from which the README's speed table is generated.
+Wall-clock on a shared machine is noisy: compare the ratios, which are measured
+back to back.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import json
 import random
 import sys
 import time
@@ -35,45 +36,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from dataset import CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
+from decode import predict  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from run import predict  # noqa: E402
-from trainer import Trainer, TrainerConfig, make_optimizer  # noqa: E402
+from optim import make_optimizer  # noqa: E402
+from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import autocast, cpu_name, write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
+VARIANTS = ("vanilla", "perceiver", "rope")
 
 
 def model_for(variant: str, vocab_size: int, impl: str) -> GPT:
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=vocab_size, perceiver=variant == "perceiver", bottleneck_dim=64)
+    cfg = GPTConfig(vocab_size=vocab_size, perceiver=variant == "perceiver", bottleneck_dim=64, rope=variant == "rope")
     model = GPT(cfg)
     model.set_impl(impl)
     return model
 
 
-def train_throughput(
-    ds: CharCorruptionDataset, variant: str, impl: str, steps: int, batch: int, compiled: bool = False
-) -> dict:
-    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings.
-
-    compiled: the fast path under `--compile`. Every batch shape of the run is
-    compiled before the clock starts (one step each, timed apart as
-    compile_seconds), so no compilation falls inside the timed steps; the timed
-    batches are the same as the eager fast path's.
-    """
+def train_throughput(ds: CharCorruptionDataset, variant: str, impl: str, steps: int, batch: int) -> dict:
+    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings."""
     model = model_for(variant, ds.vocab_size, impl)
-    cfg = TrainerConfig(
-        max_epochs=10**6, batch_size=batch, learning_rate=6e-3, impl=impl, max_steps=steps + 2, compile=compiled
-    )
+    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, impl=impl, max_steps=steps + 2)
     trainer = Trainer(model, ds, cfg, torch.device("cpu"))
     model.train()
-    compile_seconds = 0.0
-    if compiled:
-        t0 = time.perf_counter()
-        shapes = {tuple(x.shape): (x, y) for x, y in itertools.islice(_batches_forever(trainer), steps + 2)}
-        for x, y in shapes.values():
-            _train_step(trainer, x, y)
-        compile_seconds = time.perf_counter() - t0
     real_tokens, examples, t_start = 0, 0, None
     it = iter(_batches_forever(trainer))  # the same batches again: each epoch's order is seeded
     for i in range(steps + 2):
@@ -87,13 +73,12 @@ def train_throughput(
     seconds = time.perf_counter() - t_start
     return {
         "variant": variant,
-        "impl": impl + (" + compile" if compiled else ""),
+        "impl": impl,
         "steps": steps,
         "batch_size": batch,
         "seconds_per_step": seconds / steps,
         "real_tokens_per_s": real_tokens / seconds,
         "handout_tokens_per_s": examples * ds.example_length / seconds,
-        "compile_seconds": compile_seconds,
     }
 
 
@@ -185,13 +170,12 @@ def main() -> None:
     p.add_argument("--ref_steps", type=int, default=4, help="timed reference-path steps per variant")
     p.add_argument("--fast_steps", type=int, default=20, help="timed fast-path steps per variant")
     p.add_argument("--batch_size", type=int, default=128, help="pretraining batch size (handout: 128)")
-    p.add_argument("--compile", action="store_true", help="also time the fast path under run.py's --compile")
     p.add_argument(
         "--trained",
         type=Path,
         nargs="*",
         default=[],
-        help="finetuned params files to also time decoding with (perceiver if 'perceiver' is in the name; m=64)",
+        help="finetuned params files to also time decoding with (variant from the sidecar; perceiver m=64)",
     )
     p.add_argument(
         "--trained_only",
@@ -211,26 +195,21 @@ def main() -> None:
     lines = []
     if "train" in args.parts:
         rows = []
-        for variant in ("vanilla", "perceiver"):
+        for variant in VARIANTS:
             ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size)
-            fast = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size)
-            fast_rows = [fast]
-            if args.compile:
-                fast_rows.append(train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, compiled=True))
-            rows += [ref, *fast_rows]
-            for f in fast_rows:
-                ratio = f["handout_tokens_per_s"] / ref["handout_tokens_per_s"]
-                how = f", after {f['compile_seconds']:.0f} s of compiling" if f["compile_seconds"] else ""
-                lines.append(
-                    f"| train {variant} ({f['impl']}) | {ref['seconds_per_step']:.2f} s/step, "
-                    f"{ref['handout_tokens_per_s']:,.0f} tok/s | {f['seconds_per_step']:.2f} s/step, "
-                    f"{f['handout_tokens_per_s']:,.0f} tok/s ({f['real_tokens_per_s']:,.0f} real{how}) | {ratio:.1f}x |"
-                )
+            f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size)
+            rows += [ref, f]
+            ratio = f["handout_tokens_per_s"] / ref["handout_tokens_per_s"]
+            lines.append(
+                f"| train {variant}, batch {args.batch_size} | {ref['seconds_per_step']:.2f} s/step, "
+                f"{ref['handout_tokens_per_s']:,.0f} tok/s | {f['seconds_per_step']:.2f} s/step, "
+                f"{f['handout_tokens_per_s']:,.0f} tok/s ({f['real_tokens_per_s']:,.0f} real) | {ratio:.1f}x |"
+            )
         result["train"] = rows
     if "eval" in args.parts:
         result["eval"] = []
-        cases = [] if args.trained_only else [(v, None) for v in ("vanilla", "perceiver")]
-        cases += [("perceiver" if "perceiver" in p.name else "vanilla", p) for p in args.trained]
+        cases = [] if args.trained_only else [(v, None) for v in VARIANTS]
+        cases += [(json.loads(Path(f"{p}.json").read_text())["variant"], p) for p in args.trained]
         for variant, params in cases:
             e = eval_speed(ds, variant, params)
             result["eval"].append(e)
@@ -258,6 +237,8 @@ def main() -> None:
     table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
     result["table"] = table
     write_json_atomic(args.out, result)
+    with open(ROOT / "bench" / "results" / "speed.jsonl", "a") as f:
+        f.write(json.dumps({k: v for k, v in result.items() if k != "table"}) + "\n")
     print(f"{result['machine']}, {result['date']}\n\n{table}\n\nwritten to {args.out}")
 
 

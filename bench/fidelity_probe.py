@@ -1,6 +1,6 @@
 """Does the fast path train like the reference? Equal steps at the handout's settings, then a held-out loss.
 
-    python bench/fidelity_probe.py 230 fast fast-fp32 fast-unbucketed fast-weighted reference
+    python bench/fidelity_probe.py 230 fast fast-fp32 fast-unbucketed reference
     python bench/fidelity_probe.py 230 --lr 2e-3 --dropout 0 fast fast-unbucketed
 
 Each probe trains a fresh vanilla model (seed 0) for the given number of
@@ -13,7 +13,6 @@ reports the loss on 10 fixed batches of 128 corrupted wiki.txt examples
 - fast: what run.py does (bucketed and cropped batches, bf16, fast dropout)
 - fast-fp32: the same without bf16 autocast
 - fast-unbucketed: random batches as in the handout (cropped to their longest example)
-- fast-weighted: bucketed, each batch's loss weighted by its share of targets (--token_weighted)
 - reference: the handout's loop (fp32, per-example __getitem__, full length)
 
 The unit tests prove that one batch's loss and gradients agree between paths;
@@ -45,7 +44,6 @@ PATHS = {
     "fast": {},
     "fast-fp32": {"bf16": False},
     "fast-unbucketed": {"order": "shuffled"},
-    "fast-weighted": {"token_weighted": True},
     "reference": {"impl": "reference"},
 }
 

@@ -2,6 +2,7 @@
 
     python bench/report.py                  # reads outputs/, writes bench/results/report.md and report.json
     python bench/report.py --runs outputs --gold data/birth_dev.tsv --corpus data/wiki.txt
+    python bench/report.py --record --preset cpu --seed 0   # also append the rows to bench/results/runs.jsonl
 
 From the run folder (run.sh's OUT_DIR) it reads, for each run, the dev
 predictions `<run>.dev.predictions`, their confidences `<run>.dev.scores.tsv`
@@ -13,6 +14,8 @@ a run without scores gets accuracy only. Metrics are defined in src/confidence.p
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import math
 import re
 import sys
@@ -20,12 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
 from confidence import evaluation_summary, place_in_document, read_scores_tsv  # noqa: E402
 from dataset import Question, read_questions, read_text  # noqa: E402
-from utils import UserError, write_json_atomic, write_text_atomic  # noqa: E402
+from utils import UserError, cpu_name, write_json_atomic, write_text_atomic  # noqa: E402
+
+RUNS_JSONL = REPO_ROOT / "bench" / "results" / "runs.jsonl"
 
 
 @dataclass
@@ -52,6 +59,13 @@ RUNS = [
         "perceiver.pretrain",
         ("perceiver_pretrain", "perceiver_finetune"),
         "perceiver_pretrain_dev",
+    ),
+    Run("rope, pretrain + finetune", "rope.pretrain", ("rope_pretrain", "rope_finetune"), "rope_pretrain_dev"),
+    Run(
+        "ensemble of the three, most confident answer",
+        "ensemble",
+        tuple(f"{v}_{s}" for v in ("vanilla", "perceiver", "rope") for s in ("pretrain", "finetune")),
+        "ensemble_dev",
     ),
 ]
 
@@ -133,9 +147,11 @@ def cell(key: str, value: float) -> str:
     return f"{value * 100:.1f}%"
 
 
-def markdown(rows: dict[str, dict[str, float] | None], folder: Path, split: str) -> str:
+def markdown(rows: dict[str, dict[str, float] | None], folder: Path, split: str, about: str) -> str:
     lines = [
         "# Birth-place runs: accuracy, confidence and time",
+        "",
+        about,
         "",
         f"From `{folder}` (run.sh's outputs) by `python bench/report.py`. Dev set: birth_dev.tsv.",
         "",
@@ -172,13 +188,48 @@ def document_split(entries: list[Question | None] | None, documents: list[str]) 
     )
 
 
+def this_machine() -> str:
+    """The GPU's name where there is one, else the CPU's description (utils.cpu_name)."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return cpu_name()
+
+
+RECORD_KEYS = {"London baseline": "london", "vanilla, no pretraining": "vanilla_nopretrain"}
+
+
+def record(rows: dict[str, dict[str, float] | None], machine: str, args: argparse.Namespace) -> None:
+    """Append one JSON line per finished run to bench/results/runs.jsonl (the README's table reads it)."""
+    lines = []
+    for run in RUNS:
+        row = rows[run.label]
+        if row is None or math.isnan(row["accuracy"]):
+            continue
+        seconds = [row[k] for k in ("train_seconds", "eval_seconds") if not math.isnan(row[k])]
+        lines.append({
+            "run": RECORD_KEYS.get(run.label, run.prefix.split(".")[0]),
+            "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,
+            "date": datetime.date.today().isoformat(), "seed": args.seed, "dev_accuracy": row["accuracy"],
+            "minutes": round(sum(seconds) / 60, 1), "command": args.command,
+        })  # fmt: skip
+    with open(RUNS_JSONL, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+    print(f"{len(lines)} rows appended to {RUNS_JSONL}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default="outputs", help="run.sh's output folder")
     p.add_argument("--gold", default=str(REPO_ROOT / "data" / "birth_dev.tsv"), help="dev questions with places")
     p.add_argument("--corpus", default=str(REPO_ROOT / "data" / "wiki.txt"), help="pretraining corpus")
     p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "report.md"), help="markdown table")
+    p.add_argument("--preset", default="cpu", help="the recipe run.sh used (for the record)")
+    p.add_argument("--seed", type=int, default=0, help="the seed run.sh used (for the record)")
+    p.add_argument("--command", default="bash run.sh", help="how the runs were made (for the record)")
+    p.add_argument("--record", action="store_true", help="append one line per run to bench/results/runs.jsonl")
     args = p.parse_args(argv)
+    machine = this_machine()
+    about = f"Machine: {machine}. Date: {datetime.date.today().isoformat()}. Command: `{args.command}` (preset {args.preset}, seed {args.seed})."
     folder, gold, corpus = Path(args.runs), Path(args.gold), Path(args.corpus)
     try:
         entries = read_questions(gold, require_place=False) if gold.is_file() else None
@@ -187,12 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         documents = [line for line in read_text(corpus).split("\n") if line] if corpus.is_file() else []
         times = read_times(folder / "times.txt")
         rows = {run.label: run_metrics(run, folder, entries, documents, times) for run in RUNS}
-        text = markdown(rows, folder, document_split(entries, documents))
+        text = markdown(rows, folder, document_split(entries, documents), about)
         write_text_atomic(args.out, text)
         numbers = {
             label: row and {k: None if math.isnan(v) else v for k, v in row.items()} for label, row in rows.items()
         }
         write_json_atomic(Path(args.out).with_suffix(".json"), numbers)
+        if args.record:
+            record(rows, machine, args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

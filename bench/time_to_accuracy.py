@@ -195,7 +195,7 @@ def refinetune(name: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("variant", choices=["vanilla", "perceiver"], help="which model")
+    p.add_argument("variant", choices=["vanilla", "perceiver", "rope"], help="which model")
     p.add_argument("--preset", default="cpu", help="run.py --preset for pretraining and finetuning")
     p.add_argument("--seed", type=int, default=0, help="run.py --seed")
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
@@ -238,7 +238,6 @@ def main() -> None:
     record["pretrain_final_loss"] = sidecar["final_loss"]
     record["pretrain_config"] = sidecar["trainer"]
     record["pretrain_doc_offset"] = sidecar["doc_offset"]  # may come from the preset, not the flags
-    record["pretrain_doc_context"] = sidecar.get("doc_context", "")  # likewise
     record["pretrain_epochs_done"] = sidecar.get("epochs_done")  # fewer than planned if a budget ran out
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
     batches_per_epoch = round(sidecar["steps"] / sidecar["epochs_done"])  # the same in every epoch

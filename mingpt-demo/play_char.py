@@ -6,7 +6,7 @@
     python mingpt-demo/play_char.py --input my.txt       # any UTF-8 text
 
 The model and the training loop are the repository's (`src/model.py`,
-`src/trainer.py`), and so is sampling (`src/utils.py`). This file adds the
+`src/trainer.py`), and so is sampling (`src/decode.py`). This file adds the
 character dataset and the few steps that tie them together; `play_char.ipynb`
 imports these functions and runs the same steps cell by cell.
 """
@@ -31,9 +31,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
 from dataset import Vocabulary, read_text  # noqa: E402
+from decode import sample  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
-from utils import UserError, bf16_supported, pick_device, sample, seed_everything  # noqa: E402
+from utils import UserError, bf16_supported, pick_device, seed_everything  # noqa: E402
 
 DEFAULT_INPUT = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
 

@@ -257,11 +257,6 @@ class CausalCrossAttention(MultiHeadAttention):
         mask = self.mask[:, :, :Tq, :Tk].bool()
         return super().forward(x_q, x_kv, mask)
 
-    def weights(self, x_kv: torch.Tensor, x_q: torch.Tensor) -> torch.Tensor:
-        """The attention probabilities of forward, without dropout: -> (B, nh, Tq, Tk). For inspection."""
-        mask = self.mask[:, :, : x_q.size(1), : x_kv.size(1)].bool()
-        return attention_weights(self.split_heads(self.query(x_q)), self.split_heads(self.key(x_kv)), mask)
-
 
 class KVCache:
     """Keys and values of the positions decoded so far, for one attention layer.

@@ -345,3 +345,10 @@ def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[Answer
         shown = repr(a.answer)
         lines.append(f"  {i}. {shown:<{width}}  logprob {a.logprob:8.3f}  probability {math.exp(a.logprob):.3g}")
     return "\n".join(lines)
+
+
+def most_confident(candidates: Sequence[Sequence[AnswerScore]]) -> list[AnswerScore]:
+    """The ensemble's answers: for each question, the candidate its own model gave the highest mean
+    log-probability per character. candidates[m][i] is model m's answer to question i; ties go to
+    the earlier model."""
+    return [max(options, key=lambda s: s.mean_logprob) for options in zip(*candidates, strict=True)]

@@ -109,23 +109,15 @@ class CharCorruptionDataset(Dataset):
     The corpus also defines the vocabulary (`stoi`, `itos`, `vocab_size`).
     """
 
-    def __init__(
-        self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0, context: str = ""
-    ) -> None:
+    def __init__(self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0) -> None:
         room = block_size - max_truncated_len(block_size) - 2  # characters free before the longest example
         if not 0 <= max_offset <= room:
             raise UserError(f"the document offset must be between 0 and {room}")
-        if len(context) > room:
-            raise UserError(f"the document context must be at most {room} characters, got {len(context)}")
-        # Experimental (0 = the handout): each example starts at a random position 0..max_offset,
-        # after the end of another random document, instead of always at position 0.
+        # 0 = the handout: every example starts at position 0. The CPU recipe starts each at a
+        # random position 0..max_offset, after the end of another random document, so that a name
+        # is not only ever read at the start of the block (see bench/RESEARCH.md).
         self.max_offset = max_offset
-        # Experimental ("" = the handout): half of the examples start with this text instead,
-        # e.g. the words that come before the name in a question.
-        self.context = context
         self.vocab = Vocabulary.from_text(data)
-        self.context_ids = np.zeros(block_size, dtype=np.int64)
-        self.context_ids[: len(context)] = self.vocab.encode(context, where="the document context")
         self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
         self.vocab_size = len(self.vocab)
         self.block_size = block_size
@@ -152,9 +144,7 @@ class CharCorruptionDataset(Dataset):
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         document = self.data[idx]
         s = corrupt(document, self.draw(document, random), self.block_size)
-        if self.context and random.random() < 0.5:
-            s = self.context + s[: self.block_size - len(self.context)]
-        elif self.max_offset:
+        if self.max_offset:
             offset, other = random.randint(0, self.max_offset), random.choice(self.data)
             s = other[len(other) - offset :] + s[: self.block_size - offset]
         ids = torch.tensor([self.stoi[c] for c in s], dtype=torch.long)
@@ -179,17 +169,13 @@ class CharCorruptionDataset(Dataset):
         ids = self.doc_ids[doc_index[:, None], src]
         ids = np.where((p == a) | (p == L - m + 1), 1, ids)  # the two MASKs
         ids = np.where(p >= L + 2, 0, ids)  # PAD
-        if not self.max_offset and not self.context:
+        if not self.max_offset:
             return ids, (L + 2)[:, 0]
-        # What stands before the document: the last `offset` characters of another one ...
+        # What stands before the document: the last `offset` characters of another one.
         offset = rng.integers(0, self.max_offset + 1, n)[:, None]
         other = rng.integers(0, len(self.data), n)[:, None]
         tail = np.clip(self.doc_lengths[other] - offset + p, 0, self.doc_ids.shape[1] - 1)
         before = self.doc_ids[other, tail]
-        if self.context:  # ... or, for half of the examples, the context
-            with_context = rng.random(n)[:, None] < 0.5
-            offset = np.where(with_context, len(self.context), offset)
-            before = np.where(with_context, self.context_ids[None, :], before)
         body = np.take_along_axis(ids, np.clip(p - offset, 0, self.block_size - 1), axis=1)
         ids = np.where(p < offset, before, body)
         return ids, (L + 2 + offset)[:, 0]
@@ -255,6 +241,18 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
     return out
 
 
+def score_places(questions: list[Question], predictions: list[str]) -> tuple[int, int]:
+    """(total, correct) of predictions (one per question) against the questions' gold places.
+
+    Questions without a place count as zero, as in the handout: a test-inputs
+    file scores (0, 0).
+    """
+    if len(questions) != len(predictions):
+        raise UserError(f"{len(questions)} questions but {len(predictions)} predictions")
+    pairs = [(p, q.place) for p, q in zip(predictions, questions) if q.place is not None]
+    return len(pairs), sum(p == gold for p, gold in pairs)
+
+
 class NameDataset(Dataset):
     """Finetuning examples `question MASK place MASK`, padded; only the answer is trained.
 
@@ -303,41 +301,6 @@ class NameDataset(Dataset):
         """(ids (N, block_size), real_len (N,), target_mask (N, block_size)) of the examples in `order`."""
         target_mask = np.arange(self.block_size)[None, :] >= self.question_len[order, None]
         return self.ids[order], self.real_len[order], target_mask
-
-
-class MixedDataset(Dataset):
-    """Span-corruption examples and question examples, shuffled together in every epoch.
-
-    An experimental pretraining objective (`run.py pretrain --mix_questions`):
-    each epoch has one corrupted example per document and one example per
-    question, the questions trained as in finetuning (loss on the answer only).
-    ds[i] -> (x, y): corruption[i] for i < len(corruption), else questions[i - len(corruption)].
-    """
-
-    def __init__(self, corruption: CharCorruptionDataset, questions: NameDataset):
-        self.corruption, self.questions = corruption, questions
-        self.block_size = corruption.block_size
-        self.example_length = corruption.example_length
-
-    def __len__(self) -> int:
-        return len(self.corruption) + len(self.questions)
-
-    def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        n = len(self.corruption)
-        return self.corruption[idx] if idx < n else self.questions[idx - n]
-
-    def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (x, y) batches (see CharCorruptionDataset.epoch_batches); "file" is not supported."""
-        bucket = order == "bucketed"
-        doc_ids, doc_len = self.corruption.corrupted_ids(rng.permutation(len(self.corruption)), rng)
-        q_ids, q_len, q_mask = self.questions.examples(rng.permutation(len(self.questions)))
-        ids = np.concatenate([doc_ids, q_ids])
-        real_len = np.concatenate([doc_len, q_len])
-        target_mask = np.concatenate([np.ones_like(doc_ids, dtype=bool), q_mask])
-        mix = rng.permutation(len(ids))  # without bucketing, batches mix both kinds at random
-        yield from _batches(ids[mix], real_len[mix], batch_size, rng, bucket, target_mask[mix])
 
 
 CROP_MULTIPLE = 8  # batches are cropped to a multiple of this many positions (see _batches)

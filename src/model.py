@@ -33,7 +33,6 @@ class GPTConfig:
     perceiver: bool = False  # the 2023 handout's variant
     bottleneck_dim: int = 32
     rope: bool = False  # the 2024 handout's variant
-    perceiver_init: str = "handout"  # or "aligned": see GPT.align_projections
 
 
 def mlp(config: GPTConfig) -> nn.Sequential:
@@ -65,6 +64,9 @@ class Block(nn.Module):
 
 class DownProjectBlock(nn.Module):
     """Cross-attention from a learned basis C (1, m, C) onto the input: (B, T, C) -> (B, m, C).
+
+    As the handout writes it: x = C + attn(keys and values from x_input, queries
+    from ln1(C)), then x + mlp(ln2(x)). The input itself is not normalised here.
 
     Bottleneck position i attends to input positions <= i (the causal rule kept
     across lengths), so no output ever depends on a later input token.
@@ -108,7 +110,9 @@ class DownProjectBlock(nn.Module):
 class UpProjectBlock(nn.Module):
     """Cross-attention from the input positions onto the bottleneck: (B, m, C), (B, T, C) -> (B, T, C).
 
-    Input position i attends to bottleneck positions <= i.
+    As the handout writes it: x = x_input + attn(keys and values from ln1(y),
+    queries from x_input), then x + mlp(ln2(x)). Input position i attends to
+    bottleneck positions <= i.
     """
 
     def __init__(self, config: GPTConfig):
@@ -138,7 +142,7 @@ class GPT(nn.Module):
     The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to
     block_size; a shorter T computes the same logits for its positions. With
     `caches` (from new_caches) idx holds the next T tokens of each row, placed
-    after that row's cached positions (fast greedy decoding, both variants).
+    after that row's cached positions (fast greedy decoding, every variant).
     """
 
     def __init__(self, config: GPTConfig):
@@ -159,8 +163,6 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.apply(self._init_weights)
-        if config.perceiver and config.perceiver_init == "aligned":
-            self.align_projections()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -171,67 +173,6 @@ class GPT(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             module.bias.data.zero_()
             module.weight.data.fill_(1.0)
-
-    @torch.no_grad()
-    def align_projections(self, pos_norm: float = 1.0, basis_norm: float = 4.0, qk_std: float = 0.1) -> None:
-        """Perceiver only: start both cross-attentions on the diagonal (same parameters, other starting values).
-
-        With the handout's start (position table zero, basis C blind to
-        position) every bottleneck position averages its whole prefix, and
-        the perceiver sits on a loss plateau for tens of epochs until it has
-        learnt to line bottleneck position i up with input i, twice. Here
-        input position t and bottleneck position t share a random direction
-        (norm pos_norm in the position table, basis_norm in C: larger, so
-        that it outlasts the middle blocks' additions), and each projection
-        starts with equal query and key weights, so that a query scores
-        highest against its own position's key: bottleneck position i starts
-        as a copy of input i, and output t < m reads bottleneck position t.
-        Below m the perceiver starts as a vanilla GPT with n_layer - 2
-        blocks; outputs past m start by averaging the whole bottleneck.
-        """
-        assert self.config.perceiver, "align_projections is for the perceiver"
-        directions = torch.randn(self.config.block_size, self.config.n_embd)
-        directions /= directions.norm(dim=1, keepdim=True)  # nearly orthogonal in n_embd dimensions
-        self.pos_emb.copy_(pos_norm * directions[None])
-        self.down_block.C.copy_(basis_norm * directions[None, : self.config.bottleneck_dim])
-        for attn in (self.down_block.attn, self.up_block.attn):
-            attn.query.weight.normal_(mean=0.0, std=qk_std)
-            attn.key.weight.copy_(attn.query.weight)
-
-    @torch.no_grad()
-    def projection_attention(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Perceiver only: where its projections look when reading idx (B, T), without dropout.
-
-        Returns (down, up): down (B, nh, m, T), how much bottleneck position i
-        attends to input j; up (B, nh, T, m), how much output t attends to
-        bottleneck position j (m cropped to T on the fast path when T < m).
-        """
-        assert self.config.perceiver, "projection_attention is for the perceiver"
-        x = self.tok_emb(idx) + self.pos_emb[:, : idx.size(1)]
-        down, up = self.down_block, self.up_block
-        y = down(x)
-        basis = down.C[:, : y.size(1)].expand(idx.size(0), -1, -1)
-        return down.attn.weights(down.ln1(x), down.ln1(basis)), up.attn.weights(up.ln1(self.blocks(y)), up.ln1(x))
-
-    def freeze_lower(self, n_blocks: int) -> int:
-        """Stop training the embeddings and the first n_blocks blocks, in forward order; returns
-        how many parameters were frozen.
-
-        For finetuning a pretrained model: the lower layers keep exactly what pretraining put there,
-        and backpropagation stops above them, so a step costs less. The perceiver's blocks in
-        forward order are the down-projection, the middle blocks, then the up-projection.
-        """
-        stages = [self.down_block, *self.blocks, self.up_block] if self.config.perceiver else [*self.blocks]
-        if not 0 <= n_blocks <= len(stages):
-            raise ValueError(f"n_blocks must be between 0 and {len(stages)}, got {n_blocks}")
-        if n_blocks == 0:
-            return 0
-        frozen = [self.tok_emb.weight, self.pos_emb]
-        for stage in stages[:n_blocks]:
-            frozen += list(stage.parameters())
-        for p in frozen:
-            p.requires_grad_(False)
-        return sum(p.numel() for p in frozen)
 
     def get_block_size(self) -> int:
         return self.config.block_size

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -17,7 +16,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from utils import autocast, bf16_supported, torch_save_atomic
+from optim import make_optimizer
+from utils import autocast, torch_save_atomic
 
 
 @dataclass
@@ -31,39 +31,22 @@ class TrainerConfig:
     grad_norm_clip: float = 1.0
     weight_decay: float = 0.1
     # "adamw": the handout's AdamW for every parameter; "muon": Muon for the hidden layers' weight
-    # matrices, AdamW for the rest (see make_optimizer), both at the same learning rate and decay.
+    # matrices, AdamW for the rest (see optim.make_optimizer), both at the same learning rate and decay.
     optimizer: str = "adamw"
     lr_decay: bool = False
     warmup_tokens: float = 375e6
     final_tokens: float = 260e9
     cosine_cap: bool = False  # False: the handout's uncapped cosine; True: stay at the floor after final_tokens
-    num_workers: int = 0
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
-    # Wall-clock budget: training stops once it has run this long (summed over resumes). The
-    # schedule is not changed: compressing the cosine to end at the budget measured ~9 points worse
-    # than cutting the planned cosine off (README, "A time budget").
+    # Wall-clock budget: training stops once it has run this long (summed over resumes).
     budget_seconds: float | None = None
-    # With a budget: over the last `budget_cooldown` fraction of it the rate is scaled down linearly
-    # to the floor, so a machine too slow for the planned epochs still ends its schedule annealed
-    # (0: the planned schedule is simply cut off). A run that finishes its planned schedule before
-    # the cool-down would begin is not changed.
-    budget_cooldown: float = 0.0
     # With a budget: plan the run to fit it instead of cutting it off. After the first whole epoch,
     # max_epochs becomes the epochs that BUDGET_FIT_SHARE of the budget holds at that epoch's pace,
-    # more or fewer than planned, and final_tokens those epochs' tokens: a cosine that spans the
-    # run (run.py allows this only with such a schedule) ends annealed inside the budget.
+    # at most the max_epochs asked for, and final_tokens those epochs' tokens: a cosine that spans
+    # the run (run.py plans only such a schedule) ends annealed inside the budget.
     budget_fit: bool = False
-    # With budget_fit: plan again after every whole epoch, at the median pace of the last
-    # REPLAN_EPOCHS epochs, into what is left of the budget less one epoch's time, so a machine
-    # that slows down (or speeds up) mid-run still ends its cosine annealed inside the budget.
-    budget_replan: bool = False
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
-    compile: bool = False  # torch.compile the forward pass (fast path; see README for when it pays)
-    # Fast path: weight each batch's mean loss by its share of the targets, so a
-    # bucketed batch of short examples steps as little as its tokens deserve (as
-    # in the handout's mixed-length batches); False gives every batch equal weight.
-    token_weighted: bool = False
     # How each epoch's examples are batched: "bucketed" (the fast path's: shuffled and grouped by
     # length), "shuffled" or "file" (the handout's trainer: the corpus order, the same every epoch).
     order: str = "bucketed"
@@ -77,13 +60,9 @@ class TrainerConfig:
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
 
 
-# --budget_fit plans the epochs into this share of the budget: a first epoch ran 3-7% faster than
-# a whole run's mean on session 26's Zen 3 (61.0-63.4 s against 65.7 s), and what still runs
-# past the budget is cut off.
+# budget_fit plans the epochs into this share of the budget: a first epoch can run a few percent
+# faster than a whole run's mean, and what still runs past the budget is cut off.
 BUDGET_FIT_SHARE = 0.92
-# --budget_replan's pace: the median over this many last epochs, so one slow epoch (another
-# program on the machine for a minute) does not shorten the plan, but a lasting slowdown does.
-REPLAN_EPOCHS = 3
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -99,167 +78,6 @@ def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap:
     if cap:
         progress = min(progress, 1.0)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def cooldown_multiplier(seconds: float, budget_seconds: float | None, fraction: float) -> float:
-    """1 until the last `fraction` of the budget, then falling linearly to 0 when it is spent."""
-    if budget_seconds is None or fraction <= 0:
-        return 1.0
-    return min(1.0, max(0.0, (budget_seconds - seconds) / (fraction * budget_seconds)))
-
-
-def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A cheap approximation of U Vᵀ for a 2-D matrix = U S Vᵀ: the same singular vectors, every
-    singular value pushed into roughly 0.7–1.2 by a quintic Newton–Schulz iteration computed in
-    `dtype`. Returns a tensor of matrix's shape and dtype."""
-    # Jordan's coefficients (2024): the steepest slope at zero for which five steps still land near 1.
-    a, b, c = 3.4445, -4.7750, 2.0315
-    x = matrix.to(dtype)
-    tall = x.size(0) > x.size(1)
-    if tall:  # iterate on the short side's Gram matrix, the cheaper one
-        x = x.T
-    x = x / (x.norm() + 1e-7)  # the Frobenius norm bounds the largest singular value: all now <= 1
-    for _ in range(steps):
-        gram = x @ x.T
-        x = a * x + (b * gram + c * gram @ gram) @ x
-    return (x.T if tall else x).to(matrix.dtype)
-
-
-def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """`orthogonalize(matrix, steps)` computed from one eigendecomposition instead of `steps` rounds
-    of matmuls (fp32; for CPUs without native bf16). Returns a tensor of matrix's shape and dtype.
-
-    Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular
-    vectors. So with X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration
-    is U diag(r) Uᵀ X, where r is the product of those factors over the steps, computed per eigenvalue.
-    On the Zen 1 EPYC a Muon step for this model takes 0.20 s instead of 0.33 s, and the result is
-    within 3e-4 (relative) of the iteration for its 256-wide matrices, 2e-3 for small badly
-    conditioned ones (RESEARCH.md, session 22); tests compare the two.
-    """
-    a, b, c = 3.4445, -4.7750, 2.0315
-    x = matrix.float()
-    tall = x.size(0) > x.size(1)
-    if tall:
-        x = x.T
-    x = x / (x.norm() + 1e-7)
-    try:
-        eigenvalues, eigenvectors = torch.linalg.eigh(x @ x.T)
-    except torch.linalg.LinAlgError:  # no convergence (e.g. a non-finite gradient): the iteration decides
-        return orthogonalize(matrix, steps)
-    squared = eigenvalues.clamp_min(0)  # rounding can leave tiny negative eigenvalues
-    ratio = torch.ones_like(squared)  # the iteration's output singular value over its input one
-    for _ in range(steps):
-        s2 = ratio * ratio * squared
-        ratio = ratio * (a + b * s2 + c * s2 * s2)
-    x = (eigenvectors * ratio) @ (eigenvectors.T @ x)
-    return (x.T if tall else x).to(matrix.dtype)
-
-
-class Muon(torch.optim.Optimizer):
-    """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum whose update is
-    orthogonalised (see `orthogonalize`), so that every direction of the matrix moves by the same
-    amount, rare ones included. The update is scaled by 0.2·sqrt(max(rows, cols)), which gives it the
-    RMS of a typical AdamW step (Liu et al., 2025, "Muon is Scalable for LLM Training"), so AdamW's
-    learning rate and decoupled weight decay carry over unchanged.
-
-    torch.optim.Muon computes the iteration in bf16 whatever the hardware; on a CPU without native
-    bf16 one of its steps took 11.7 s for this model, against 0.4 s here in fp32 (README).
-    spectral=True computes the same iteration with `orthogonalize_spectral` (the CPU fast path).
-    """
-
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
-                 momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False):  # fmt: skip
-        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
-        self.ns_dtype = ns_dtype
-        self.spectral = spectral
-
-    @torch.no_grad()
-    def step(self, closure: None = None) -> None:
-        """One update of every parameter that has a gradient."""
-        for group in self.param_groups:
-            lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buffer = state["momentum_buffer"].mul_(momentum).add_(p.grad)
-                update = p.grad.add(buffer, alpha=momentum)  # Nesterov
-                if self.spectral:
-                    direction = orthogonalize_spectral(update)
-                else:
-                    direction = orthogonalize(update, dtype=self.ns_dtype)
-                p.mul_(1 - lr * decay)
-                p.add_(direction, alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
-
-
-class MuonAdamW:
-    """Muon for some parameters and AdamW for the others, stepped as one optimizer: the trainer sets
-    the rate of every group in `param_groups` and saves `state_dict()` in its checkpoints."""
-
-    def __init__(self, muon: Muon, adamw: torch.optim.AdamW):
-        self.muon, self.adamw = muon, adamw
-
-    @property
-    def param_groups(self) -> list[dict]:
-        return self.muon.param_groups + self.adamw.param_groups
-
-    def step(self) -> None:
-        self.muon.step()
-        self.adamw.step()
-
-    def state_dict(self) -> dict:
-        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.muon.load_state_dict(state["muon"])
-        self.adamw.load_state_dict(state["adamw"])
-
-
-def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW | MuonAdamW:
-    """AdamW with weight decay on matmul weights only (config.optimizer "adamw", the handout's), or
-    Muon for the hidden layers' matmul weights and that AdamW for the rest ("muon").
-
-    The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases,
-    LayerNorm parameters, the token embedding table, the position table and the perceiver's
-    learned basis do not (they are looked up or added, not multiplied, so shrinking them
-    towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes
-    every nn.Linear weight except the output layer `head`, which, like the embeddings, stays
-    with AdamW as Muon's authors advise.
-    Frozen parameters (requires_grad False, see GPT.freeze_lower) are in neither.
-    """
-    linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are
-    if config.decay == "matmul":
-        decay = linear
-    elif config.decay == "all_but_biases":
-        decay = {n for n in params if not n.endswith("bias")}
-    else:
-        raise ValueError(f"unknown decay {config.decay!r}")
-    hidden = {n for n in linear if not n.startswith("head.")} if config.optimizer == "muon" else set()
-    groups = [
-        {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
-        {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
-    ]
-    # The fused kernel does the same update in one pass (1.5 ms against 11 ms per step here); the
-    # reference path keeps PyTorch's default implementation.
-    fused = config.impl == "fast" and all(p.device.type in ("cpu", "cuda") for p in params.values())
-    adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused or None)
-    if config.optimizer == "adamw":
-        return adamw
-    if config.optimizer != "muon":
-        raise ValueError(f"unknown optimizer {config.optimizer!r}")
-    matrices = [p for n, p in params.items() if n in hidden]
-    if not matrices:  # every hidden matrix frozen: AdamW has the rest
-        return adamw
-    # bf16 only where it is native and the fast path asks for it, as for the forward pass.
-    native_bf16 = config.impl == "fast" and config.bf16 and bf16_supported(matrices[0].device)
-    ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
-    # In fp32 on a CPU one eigendecomposition beats five rounds of matmuls; GPUs keep the iteration.
-    spectral = config.impl == "fast" and not native_bf16 and matrices[0].device.type == "cpu"
-    muon = Muon(matrices, config.learning_rate, config.weight_decay, ns_dtype=ns_dtype, spectral=spectral)
-    return MuonAdamW(muon, adamw)
 
 
 class TrainingInterrupted(Exception):
@@ -307,16 +125,13 @@ class Trainer:
         self.clock = time.monotonic  # tests replace it
         self.stop_requested = False  # set by a signal handler; checked after every step
         self.fitted = False  # budget_fit: whether max_epochs and final_tokens were planned to the budget yet
-        self.epoch_seconds: list[float] = []  # training time of each epoch run whole (budget_replan's pace)
+        self.epoch_seconds: list[float] = []  # training time of each epoch run whole
         self.rank, self.world_size = 0, 1
         self.forward_model = self.model
         if dist.is_available() and dist.is_initialized():
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             ids = [device.index] if device.type == "cuda" else None
             self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
-        if config.compile and config.impl == "fast":
-            # dynamic=True: the cropped batches have many lengths; one graph serves them all.
-            self.forward_model = torch.compile(self.forward_model, dynamic=True)
 
     # -- data ---------------------------------------------------------------
 
@@ -332,7 +147,6 @@ class Trainer:
                 self.train_dataset,
                 batch_size=cfg.batch_size,
                 sampler=order,
-                num_workers=cfg.num_workers,
                 generator=g,  # keeps the loader from drawing on the global RNG (exact resume)
             )
         rng = np.random.default_rng([cfg.seed, epoch])
@@ -404,7 +218,6 @@ class Trainer:
         model.train()
         use_bf16 = cfg.impl == "fast" and cfg.bf16
         example_length = getattr(self.train_dataset, "example_length", None)
-        targets_per_batch = self.mean_targets_per_batch() if cfg.token_weighted and cfg.impl == "fast" else None
         n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
         quiet = self.rank != 0
         last_tick = self.clock()
@@ -423,7 +236,7 @@ class Trainer:
                 with autocast(self.device, use_bf16):
                     _, loss = model(x, y)
                 model.zero_grad(set_to_none=True)
-                self.training_loss(loss, y, targets_per_batch).backward()
+                loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip)
                 self.optimizer.step()
                 self.step += 1
@@ -437,9 +250,6 @@ class Trainer:
                     # As in the handout, the rate is updated after the step from the tokens seen so far.
                     self.tokens += global_rows * (example_length or y.size(1))
                     multiplier = lr_multiplier(self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
-                    cooldown = cooldown_multiplier(self.seconds, cfg.budget_seconds, cfg.budget_cooldown)
-                    if cooldown < 1.0:  # towards the floor (never below it) as the budget runs out
-                        multiplier = max(0.1, multiplier * cooldown)
                     lr = cfg.learning_rate * multiplier
                     for group in self.optimizer.param_groups:
                         group["lr"] = lr
@@ -469,57 +279,34 @@ class Trainer:
             plan = None
             if ran_whole:
                 self.epoch_seconds.append(self.seconds - seconds_at_start)  # the same on every rank: shared seconds
-            if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None:
-                if cfg.budget_replan and not self.finished():
-                    plan = self.replan_to_budget()
-                elif not self.fitted:
-                    plan = self.fit_to_budget(self.epoch_seconds[-1])
+            if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None and not self.fitted:
+                plan = self.fit_to_budget(self.epoch_seconds[-1])
             if not quiet and self.losses:
                 self.log("train/epoch_seconds", seconds, self.epoch)
                 tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
                 if first_whole_epoch:
                     projected = True
-                    tqdm.write(plan or self.projection(self.seconds - seconds_at_start))
+                    if plan or self.epoch < cfg.max_epochs:  # nothing to project after the last epoch
+                        tqdm.write(plan or self.projection(self.seconds - seconds_at_start))
                 elif plan:
                     tqdm.write(plan)
         self.save_checkpoint()
         return self.losses
 
-    def plan_epochs(self, more: float) -> int:
-        """Make the plan this epoch plus floor(more) epochs (none if negative), with the cosine's
-        final_tokens at their end; returns the plan it replaces."""
+    def fit_to_budget(self, epoch_seconds: float) -> str:
+        """Plan max_epochs and the cosine's final_tokens to the budget at `epoch_seconds` per epoch,
+        never more epochs than asked for (see TrainerConfig.budget_fit); returns the line that says so."""
         cfg = self.config
-        planned = cfg.max_epochs
-        cfg.max_epochs = self.epoch + max(0, math.floor(more))
+        asked = cfg.max_epochs
+        held = self.epoch + max(0, math.floor((cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds) / epoch_seconds))
+        cfg.max_epochs = max(self.epoch, min(asked, held))
         cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs  # every epoch counts the same tokens
         self.fitted = True
-        return planned
-
-    def fit_to_budget(self, epoch_seconds: float) -> str:
-        """Plan max_epochs and the cosine's final_tokens to the budget at `epoch_seconds` per epoch
-        (see TrainerConfig.budget_fit); returns the line that says so."""
-        cfg = self.config
-        planned = self.plan_epochs((cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds) / epoch_seconds)
+        budget = f"{BUDGET_FIT_SHARE:.0%} of the {cfg.budget_seconds / 60:g}-minute budget holds {held} epochs"
+        plan = f"training {cfg.max_epochs}" + (" (the most asked for)" if held >= asked else f" of {asked}")
         return (
-            f"at {epoch_seconds:.1f} s per epoch, {BUDGET_FIT_SHARE:.0%} of the {cfg.budget_seconds / 60:g}-minute "
-            f"budget holds {cfg.max_epochs} epochs: planned {planned}, now {cfg.max_epochs}, with the cosine "
-            f"ending at their end (about {(cfg.max_epochs - self.epoch) * epoch_seconds / 60:.0f} min left)"
-        )
-
-    def replan_to_budget(self) -> str | None:
-        """Plan max_epochs and final_tokens again at the median pace of the last REPLAN_EPOCHS epochs
-        (see TrainerConfig.budget_replan); returns the line that says so, or None if nothing changed."""
-        cfg = self.config
-        first = not self.fitted
-        pace = statistics.median(self.epoch_seconds[-REPLAN_EPOCHS:])
-        planned = self.plan_epochs((cfg.budget_seconds - self.seconds) / pace - 1)  # one epoch kept in reserve
-        if cfg.max_epochs == planned and not first:
-            return None
-        return (
-            f"at {pace:.1f} s per epoch (median of the last {min(REPLAN_EPOCHS, len(self.epoch_seconds))}), the "
-            f"{(cfg.budget_seconds - self.seconds) / 60:.1f} minutes left of the budget hold "
-            f"{cfg.max_epochs - self.epoch} more epochs and one to spare: planned {planned}, now {cfg.max_epochs}, "
-            f"with the cosine ending at their end"
+            f"at {epoch_seconds:.1f} s per epoch {budget}: {plan}, with the cosine ending at their end "
+            f"(about {(cfg.max_epochs - self.epoch) * epoch_seconds / 60:.0f} min left)"
         )
 
     def projection(self, epoch_seconds: float) -> str:
@@ -540,24 +327,7 @@ class Trainer:
         progress = min(1.0, (tokens - cfg.warmup_tokens) / max(1, cfg.final_tokens - cfg.warmup_tokens))
         rate = lr_multiplier(tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
         line += f", where the planned cosine is {progress:.0%} done and the rate {rate:.2f} of its peak"
-        if cfg.budget_cooldown:
-            line += f" (the last {cfg.budget_cooldown:.0%} of the budget anneals it to the floor)"
         return line
-
-    def training_loss(self, loss: torch.Tensor, y: torch.Tensor, targets_per_batch: float | None) -> torch.Tensor:
-        """The loss to differentiate: the batch's mean loss, or with targets_per_batch the sum of its
-        token losses divided by that constant (y: this rank's targets, PAD = 0)."""
-        if targets_per_batch is None:
-            return loss
-        # DDP averages the ranks' gradients, hence world_size: the sum of all ranks' token losses over the constant.
-        return loss * ((y != 0).sum() * self.world_size / targets_per_batch)
-
-    def mean_targets_per_batch(self) -> float:
-        """Mean number of non-PAD targets in a global batch, counted over one epoch's batches."""
-        targets, rows = 0, 0
-        for _, y in self.batches(0):
-            targets, rows = targets + int((y != 0).sum()), rows + len(y)
-        return targets * self.config.batch_size / rows
 
     def slowest_rank_seconds(self) -> float:
         """The largest training time over all ranks (torch.distributed)."""

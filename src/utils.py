@@ -6,16 +6,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import platform
 import random
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 class UserError(Exception):
@@ -155,108 +155,11 @@ def torch_load_safe(path: str | Path) -> object:
         with warnings.catch_warnings():  # torch warns about foreign pickles; the error below says it once
             warnings.simplefilter("ignore", UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any failure here is a bad file, not a bug
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{path}: not a loadable params file ({first[:200]})") from None
-
-
-# ---------------------------------------------------------------------------
-# Sampling and greedy decoding
-
-
-def top_k_logits(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the k largest logits of each row (B, V), set the rest to -inf."""
-    v, _ = torch.topk(logits, k)
-    return logits.masked_fill(logits < v[:, [-1]], float("-inf"))
-
-
-@torch.no_grad()
-def sample(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    steps: int,
-    temperature: float = 1.0,
-    sample: bool = False,
-    top_k: int | None = None,
-) -> torch.Tensor:
-    """Extend each row of x (B, T) by `steps` tokens -> (B, T + steps).
-
-    sample=False is greedy (argmax); otherwise draw from softmax(logits / temperature),
-    optionally restricted to the top_k tokens. The context is cropped to the
-    model's block_size, as in the handout. Full recompute each step: the plain
-    reference decoder; `greedy_decode_batch` is the fast one.
-    """
-    block_size = model.get_block_size()
-    model.eval()
-    for _ in range(steps):
-        x_cond = x if x.size(1) <= block_size else x[:, -block_size:]
-        logits, _ = model(x_cond)
-        logits = logits[:, -1, :] / temperature
-        if top_k is not None:
-            logits = top_k_logits(logits, top_k)
-        if sample:
-            ix = torch.multinomial(F.softmax(logits.float(), dim=-1), num_samples=1)
-        else:
-            _, ix = torch.topk(logits, k=1, dim=-1)
-        x = torch.cat((x, ix), dim=1)
-    return x
-
-
-@torch.no_grad()
-def greedy_decode_batch(
-    next_logits: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor],
-    prompts: list[list[int]],
-    max_new: int,
-    stop_id: int,
-    block_size: int,
-    device: torch.device,
-) -> list[list[int]]:
-    """Greedy continuation of many prompts of different lengths at once.
-
-    next_logits(tokens (b, W), lengths (b,), kept) -> logits (b, V): the
-    prediction for position lengths[i] of each row, whose first lengths[i]
-    tokens are tokens[i, :lengths[i]] (right-padded); `kept` is None on the
-    first call, afterwards the indices of the previous call's rows that are
-    still decoding (so a cache can drop the finished ones). Each row stops
-    after `stop_id` is produced, after max_new tokens, or at block_size.
-    Returns the generated ids of each row.
-    """
-    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
-    limit = torch.clamp(lengths + max_new, max=block_size)
-    tokens = torch.zeros(len(prompts), max(int(limit.max()), 1), dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        tokens[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-    rows = torch.nonzero(lengths < limit).squeeze(1)  # the rows still decoding
-    kept = None
-    while rows.numel() > 0:
-        row_lengths = lengths[rows]
-        width = int(row_lengths.max())
-        pred = next_logits(tokens[rows, :width], row_lengths, kept).argmax(dim=-1)  # (b,)
-        tokens[rows, row_lengths] = pred
-        lengths[rows] += 1
-        going = (pred != stop_id) & (lengths[rows] < limit[rows])
-        kept = torch.nonzero(going).squeeze(1)
-        rows = rows[kept]
-    return [tokens[i, len(p) : int(lengths[i])].tolist() for i, p in enumerate(prompts)]
-
-
-# ---------------------------------------------------------------------------
-# Scoring
-
-
-def evaluate_places(filepath: str | Path, predicted_places: list[str]) -> tuple[int, int]:
-    """(total, correct) of predictions against the gold places of a birth-place TSV.
-
-    Lines without a place count as zero, as in the handout (a test-inputs file
-    scores (0, 0)). Blank lines are skipped; predictions align with the other lines.
-    """
-    from dataset import read_questions  # local import: dataset imports utils
-
-    questions = [q for q in read_questions(filepath, require_place=False) if q is not None]
-    if len(questions) != len(predicted_places):
-        raise UserError(f"{filepath}: {len(questions)} questions but {len(predicted_places)} predictions")
-    gold = [q.place for q in questions if q.place is not None]
-    if not gold:
-        return 0, 0
-    correct = sum(p == g for p, g in zip(predicted_places, gold))
-    return len(gold), correct
+    except PermissionError:
+        raise UserError(f"{path}: cannot be read (permission denied)") from None
+    except pickle.UnpicklingError as e:
+        if "weights only" in str(e).lower():
+            raise UserError(f"{path}: refused: it holds objects other than tensors, which could run code") from None
+        raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
+    except Exception:  # noqa: BLE001 - any other failure here is a bad file, not a bug
+        raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None

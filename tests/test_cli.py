@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import PEOPLE, REPO_ROOT, TINY_MODEL, real_data
 
 import run
@@ -127,26 +126,6 @@ def test_missing_finetune_corpus_is_a_one_line_error(tiny_corpus, capsys):
     one_line_error(capsys, "missing.tsv")
 
 
-def test_pretraining_with_mixed_questions_runs_and_its_cosine_spans_both_kinds(tiny_corpus, tiny_train_tsv):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--mix_questions", str(tiny_train_tsv)) == 0
-    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--mix_questions", "q.tsv")
-    assert run.trainer_config(args, 2937, 2937 + 2000).final_tokens == args.max_epochs * (2937 + 2000) * 127
-
-
-def test_mixed_questions_outside_pretraining_are_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--mix_questions", "x.tsv") == 2
-    one_line_error(capsys, "--mix_questions is for pretrain only")
-
-
-def test_finetuning_with_the_corpus_mixed_in_runs(tiny_corpus, tiny_train_tsv):
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--mix_corpus") == 0
-
-
-def test_mixed_corpus_outside_finetuning_is_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--mix_corpus") == 2
-    one_line_error(capsys, "--mix_corpus is for finetune only")
-
-
 def test_pretraining_with_document_offsets_runs(tiny_corpus):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--doc_offset", "14") == 0
 
@@ -156,61 +135,10 @@ def test_document_offsets_outside_pretraining_are_a_one_line_error(tiny_corpus, 
     one_line_error(capsys, "--doc_offset is for pretrain only")
 
 
-def test_pretraining_with_a_document_context_is_recorded_in_the_params_sidecar(tiny_corpus):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--doc_context", "Who ") == 0
-    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
-    assert sidecar["doc_context"] == "Who "
-
-
-def test_a_document_context_outside_pretraining_is_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--doc_context", "Who ") == 2
-    one_line_error(capsys, "--doc_context is for pretrain only")
-
-
 def test_training_with_muon_is_recorded_in_the_params_sidecar(tiny_corpus):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--optimizer", "muon") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
     assert sidecar["trainer"]["optimizer"] == "muon"
-
-
-def test_finetuning_with_frozen_blocks_keeps_them_as_pretrained(tiny_corpus, tiny_train_tsv, capsys):
-    assert pretrain("vanilla", tiny_corpus) == 0
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", "pt.params", 3, "--freeze_blocks", "1") == 0
-    assert "first 1 blocks frozen" in capsys.readouterr().out
-    pretrained, finetuned = torch.load("pt.params"), torch.load("ft.params")
-    assert torch.equal(pretrained["blocks.0.mlp.0.weight"], finetuned["blocks.0.mlp.0.weight"])
-    assert not torch.equal(pretrained["head.weight"], finetuned["head.weight"])
-
-
-def test_frozen_blocks_outside_finetuning_are_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--freeze_blocks", "1") == 2
-    one_line_error(capsys, "--freeze_blocks is for finetune only")
-
-
-def test_freezing_more_blocks_than_the_model_has_is_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--freeze_blocks", "9") == 2
-    one_line_error(capsys, "--freeze_blocks must be between 0 and")
-
-
-def test_short_pretraining_examples_are_recorded_in_the_params_sidecar(tiny_corpus):
-    assert pretrain("perceiver", tiny_corpus, "pt.params", 2, "--max_example_len", "32") == 0
-    sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
-    assert sidecar["max_example_len"] == 32
-
-
-def test_run_schedule_of_short_examples_ends_after_their_tokens():
-    args = resolved("pretrain", "perceiver", "wiki.txt", "--preset", "cpu", "--max_example_len", "64")
-    assert run.trainer_config(args, 100, 100, 63).final_tokens == args.max_epochs * 100 * 63
-
-
-def test_short_pretraining_examples_outside_pretraining_are_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--max_example_len", "64") == 2
-    one_line_error(capsys, "--max_example_len is for pretrain only")
-
-
-def test_too_short_pretraining_examples_are_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--max_example_len", "8") == 2
-    one_line_error(capsys, "--max_example_len must be between 16 and 128, got 8")
 
 
 def test_a_time_budget_becomes_the_trainers_budget_in_seconds():
@@ -229,50 +157,16 @@ def test_a_run_that_spends_its_budget_says_where_it_stopped(tiny_corpus, capsys)
     assert "--budget_minutes 0.0001 spent at step 1, in epoch 1 of 650" in capsys.readouterr().out
 
 
-def test_a_budget_cooldown_without_a_budget_is_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_cooldown", "0.2") == 2
-    one_line_error(capsys, "--budget_cooldown needs --budget_minutes")
-
-
-def test_budget_fit_becomes_the_trainers_budget_fit():
-    args = resolved(
-        "pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--budget_minutes", "115", "--budget_fit"
-    )
-    assert run.trainer_config(args, 100).budget_fit
-
-
-def test_budget_fit_without_a_budget_is_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--preset", "cpu_fp32", "--budget_fit") == 2
-    one_line_error(capsys, "--budget_fit needs --budget_minutes")
-
-
-def test_budget_replan_becomes_the_trainers_budget_replan():
-    args = resolved(
-        "pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--budget_minutes", "56", "--budget_fit",
-        "--budget_replan",
-    )  # fmt: skip
-    assert run.trainer_config(args, 100).budget_replan
-
-
-def test_budget_replan_without_budget_fit_is_a_one_line_error(tiny_corpus, capsys):
-    args = ("--preset", "cpu_fp32", "--budget_minutes", "5", "--budget_replan")
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, *args) == 2
-    one_line_error(capsys, "--budget_replan needs --budget_fit")
-
-
-def test_budget_fit_with_the_handouts_schedule_is_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "5", "--budget_fit") == 2
-    one_line_error(capsys, "--budget_fit needs a cosine that spans the run: --preset cpu or cpu_fp32 for pretraining")
-
-
-def test_a_budget_cooldown_outside_0_to_1_is_a_one_line_error(tiny_corpus, capsys):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "5", "--budget_cooldown", "2") == 2
-    one_line_error(capsys, "--budget_cooldown must be between 0 and 1, got 2.0")
-
-
 def test_a_time_budget_that_is_not_positive_is_a_one_line_error(tiny_corpus, capsys):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--budget_minutes", "0") == 2
-    one_line_error(capsys, "--budget_minutes must be positive, got 0.0")
+    one_line_error(capsys, "--budget_minutes must be a positive number, got 0.0")
+
+
+def test_the_cpu_preset_plans_its_epochs_to_the_budget_and_the_handout_cuts_off():
+    cpu = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--budget_minutes", "30")
+    assert run.trainer_config(cpu, 100).budget_fit
+    handout = resolved("pretrain", "vanilla", "wiki.txt", "--budget_minutes", "30")
+    assert not run.trainer_config(handout, 100).budget_fit
 
 
 def test_malformed_finetune_line_names_file_and_line(tiny_corpus, tmp_path, capsys):
@@ -440,44 +334,116 @@ def test_cpu_preset_pretrains_on_documents_at_varied_start_positions():
     assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--doc_offset", "0").doc_offset == 0
 
 
-def test_cpu_preset_finetunes_a_pretrained_model_gently_without_dropout():
-    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--reading_params_path", "x")
-    assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (10, 256, 5e-5, 0.0)
-
-
 def test_cpu_preset_finetunes_from_scratch_like_the_handout():
     args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu")
     assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (75, 256, 6e-4, 0.1)
 
 
-def test_cpu_fp32_preset_pretrains_with_muon_at_batch_32_over_a_60_epoch_cosine():
-    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
-    assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 60)
-    assert (args.dropout, args.doc_offset) == (0.0, 14)
+def test_cpu_preset_pretrains_with_muon_at_batch_32_for_at_most_150_epochs_planned_to_60_minutes():
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
+    assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 150)
+    assert (args.dropout, args.doc_offset, args.budget_minutes) == (0.0, 14, 60)
     cfg = run.trainer_config(args, 2937)
-    assert cfg.optimizer == "muon" and cfg.cosine_cap and cfg.final_tokens == 60 * 2937 * 127
+    assert cfg.budget_fit and cfg.budget_seconds == 3600
 
 
-def test_cpu_fp32_preset_finetunes_from_scratch_as_the_cpu_preset_does():
-    fp32 = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
-    cpu = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu")
-    assert fp32.optimizer == cpu.optimizer == "adamw"
-    assert (fp32.max_epochs, fp32.batch_size, fp32.finetune_lr, fp32.dropout) == (
-        cpu.max_epochs, cpu.batch_size, cpu.finetune_lr, cpu.dropout
-    )  # fmt: skip
-
-
-def test_cpu_fp32_preset_finetunes_a_pretrained_model_for_5_epochs_at_1e_4_with_adamw():
-    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--reading_params_path", "x")
+def test_cpu_preset_finetunes_a_pretrained_model_for_5_epochs_at_1e_4_without_dropout():
+    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--reading_params_path", "x")
     assert args.optimizer == "adamw"
     assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (5, 256, 1e-4, 0.0)
 
 
 def test_an_explicit_optimizer_wins_over_every_preset():
     assert resolved("pretrain", "vanilla", "wiki.txt", "--optimizer", "muon").optimizer == "muon"
-    args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32", "--optimizer", "adamw")
-    assert args.optimizer == "adamw"
-    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").optimizer == "adamw"
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--optimizer", "adamw").optimizer == "adamw"
+
+
+def test_a_retired_preset_is_refused_in_one_line_naming_its_replacement(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--preset cpu_fp32 was retired: use --preset cpu" in err
+
+
+def test_help_shows_at_most_30_options_in_groups():
+    text = run.make_parser().format_help()
+    assert sum(line.startswith("  -") for line in text.splitlines()) <= 30
+    for group in ("the handout's:", "outputs:", "training:", "recipe:", "budget and checkpoints:", "speed:"):
+        assert group in text
+
+
+def test_the_flags_that_define_a_run_come_from_its_groups():
+    assert {"variant", "pretrain_lr", "batch_size", "seed", "preset", "doc_offset", "impl", "fp32"} <= set(
+        run.RUN_DEFINING_ARGS
+    )
+    assert not {"writing_params_path", "outputs_path", "budget_minutes", "device", "resume"} & set(
+        run.RUN_DEFINING_ARGS
+    )
+
+
+def test_outputs_path_naming_a_folder_is_a_one_line_error(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("vanilla", tiny_corpus, "pt.params")
+    Path("a_folder").mkdir()
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "pt.params", tiny_dev_tsv, "a_folder") == 2
+    one_line_error(capsys, "--outputs_path a_folder: is a folder")
+
+
+@pytest.mark.parametrize("rate", ["-0.001", "0", "nan"])
+def test_a_learning_rate_that_is_not_positive_is_a_one_line_error(tiny_corpus, rate, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--pretrain_lr", rate) == 2
+    one_line_error(capsys, "--pretrain_lr must be a positive number")
+
+
+def test_a_dropout_of_one_is_a_one_line_error(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--dropout", "1") == 2
+    one_line_error(capsys, "--dropout must be at least 0 and below 1")
+
+
+@pytest.mark.parametrize("question", ["", "   "])
+def test_ask_with_an_empty_question_is_a_one_line_error(tiny_corpus, question, capsys):
+    pretrain("vanilla", tiny_corpus, "pt.params")
+    capsys.readouterr()
+    assert cli("ask", "vanilla", tiny_corpus, question, "--reading_params_path", "pt.params", *TINY_MODEL) == 2
+    one_line_error(capsys, "ask needs a question")
+
+
+def test_an_unreadable_params_file_is_a_one_line_error_without_pytorchs_message(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("vanilla", tiny_corpus, "pt.params")
+    data = Path("pt.params").read_bytes()
+    Path("cut.params").write_bytes(data[: len(data) // 2])  # a half-written file
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "cut.params", tiny_dev_tsv, "x.p") == 2
+    err = one_line_error(capsys, "cut.params")
+    assert "PytorchStreamReader" not in err and "zip" not in err
+
+
+def test_ensemble_takes_each_questions_most_confident_answer(tiny_corpus, tiny_train_tsv, capsys):
+    from confidence import read_scores_tsv
+
+    finetune("vanilla", tiny_corpus, tiny_train_tsv, "a.params", None, 30, "--batch_size", "4", "--finetune_lr", "3e-3")
+    finetune("rope", tiny_corpus, tiny_train_tsv, "b.params", None, 30, "--batch_size", "4", "--seed", "1")
+    assert evaluate("vanilla", tiny_corpus, "a.params", tiny_train_tsv, "a.p", "--scores_path", "a.tsv") == 0
+    assert evaluate("rope", tiny_corpus, "b.params", tiny_train_tsv, "b.p", "--scores_path", "b.tsv") == 0
+    a, b = read_scores_tsv("a.tsv"), read_scores_tsv("b.tsv")
+    capsys.readouterr()
+    ensemble = ("--ensemble_params", "a.params", "--scores_path", "e.tsv")
+    assert evaluate("rope", tiny_corpus, "b.params", tiny_train_tsv, "e.p", *ensemble) == 0
+    out = capsys.readouterr().out
+    assert "ensemble of 2 models" in out and "a.params: Correct:" in out and "b.params: Correct:" in out
+    expected = [y.answer if y.mean_logprob >= x.mean_logprob else x.answer for x, y in zip(a, b, strict=True)]
+    assert [s.answer for s in read_scores_tsv("e.tsv")] == expected
+    assert Path("e.p").read_text(encoding="utf-8").splitlines() == expected
+
+
+def test_ensemble_params_without_a_sidecar_are_a_one_line_error(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("vanilla", tiny_corpus, "a.params")
+    pretrain("vanilla", tiny_corpus, "b.params")
+    Path("b.params.json").unlink()
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "a.params", tiny_dev_tsv, "x.p", "--ensemble_params", "b.params") == 2
+    one_line_error(capsys, "b.params: needs its sidecar")
 
 
 def test_params_sidecar_records_dropout_and_doc_offset(tiny_corpus):

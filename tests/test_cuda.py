@@ -20,8 +20,8 @@ from test_trainer import tiny_run
 
 import run
 from attention import attend, causal_mask
+from decode import greedy_decode_batch, next_logits_fn, sample
 from run import variant_name
-from utils import greedy_decode_batch, sample
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 CUDA = torch.device("cuda")
@@ -110,7 +110,7 @@ def test_gpu_batched_greedy_decoding_equals_the_cpu_one_prompt_at_a_time(variant
     model = tiny(variant, bottleneck_dim=8)
     model.head.weight.data *= 20  # sharp logits: no near-ties for the two devices to break differently
     prompts = [torch.randint(1, 20, (n,)).tolist() for n in (2, 7, 4, 5, 11, 3)]
-    batched = greedy_decode_batch(run.next_logits_fn(on_gpu(model)), prompts, 6, stop_id=3, block_size=16, device=CUDA)
+    batched = greedy_decode_batch(next_logits_fn(on_gpu(model)), prompts, 6, stop_id=3, block_size=16, device=CUDA)
     for prompt, got in zip(prompts, batched, strict=True):
         alone = sample(model, torch.tensor([prompt]), min(6, 16 - len(prompt)))[0, len(prompt) :].tolist()
         assert got == (alone[: alone.index(3) + 1] if 3 in alone else alone)

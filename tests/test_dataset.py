@@ -15,7 +15,6 @@ from dataset import (
     PAD_CHAR,
     CharCorruptionDataset,
     CorruptionDraw,
-    MixedDataset,
     NameDataset,
     Vocabulary,
     corrupt,
@@ -161,44 +160,6 @@ def test_offset_examples_from_getitem_follow_the_same_rule():
         assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 14)
 
 
-def test_context_examples_are_the_context_then_a_corruption_or_an_offset_example():
-    ds = CharCorruptionDataset("\n".join(corpus_dataset().data), BLOCK, max_offset=14, context="Where was ")
-    ids, real_len = ds.corrupted_ids(np.arange(len(ds)), np.random.default_rng(0))
-    with_context = 0
-    for i in range(len(ds)):
-        text = ds.vocab.decode(ids[i, : real_len[i]].tolist())
-        assert (ids[i, real_len[i] :] == 0).all()
-        if text.startswith("Where was ") and uncorrupts_after_some_offset(text[10:], ds.data[i], ds.data, 0):
-            with_context += 1
-        else:
-            assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 14)
-    assert 0.25 * len(ds) < with_context < 0.75 * len(ds)  # about half
-
-
-def test_context_examples_from_getitem_follow_the_same_rule():
-    ds = CharCorruptionDataset("\n".join(corpus_dataset().data), BLOCK, context="Where was ")
-    random.seed(0)
-    with_context = 0
-    for i in range(len(ds)):
-        x, y = ds[i]
-        text = ds.vocab.decode(torch.cat([x, y[-1:]]).tolist()).rstrip(PAD_CHAR)
-        if text.startswith("Where was ") and uncorrupts_after_some_offset(text[10:], ds.data[i], ds.data, 0):
-            with_context += 1
-        else:
-            assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 0)
-    assert 0.25 * len(ds) < with_context < 0.75 * len(ds)
-
-
-def test_a_context_longer_than_the_free_room_is_refused():
-    with pytest.raises(UserError, match="at most 14 characters"):
-        CharCorruptionDataset("a document long enough\n", BLOCK, context="Where was the p")
-
-
-def test_a_context_with_characters_outside_the_corpus_is_refused():
-    with pytest.raises(UserError, match="document context: character 'W'"):
-        CharCorruptionDataset("a document long enough\n", BLOCK, context="Where")
-
-
 def test_offsets_that_do_not_fit_the_block_are_refused():
     with pytest.raises(UserError, match="between 0 and 14"):
         CharCorruptionDataset("a document long enough\n", BLOCK, max_offset=15)
@@ -226,45 +187,6 @@ def test_name_dataset_batches_match_its_examples(tmp_path):
         xi, yi = nd[i]
         assert torch.equal(x[row], xi[:width]) and torch.equal(y[row], yi[:width])
         assert not xi[width:].any() and not yi[width:].any()
-
-
-def mixed_dataset(tmp_path) -> MixedDataset:
-    ds = corpus_dataset()
-    return MixedDataset(ds, NameDataset(ds, write(tmp_path, "".join(f"Where was {n} born?\t{p}\n" for n, p in PEOPLE))))
-
-
-def test_mixed_dataset_indexes_documents_then_questions(tmp_path):
-    mixed = mixed_dataset(tmp_path)
-    n = len(mixed.corruption)
-    assert len(mixed) == n + len(mixed.questions)
-    for got, want in zip(mixed[n], mixed.questions[0], strict=True):
-        assert torch.equal(got, want)
-
-
-@pytest.mark.parametrize("order", ["bucketed", "shuffled"])
-def test_mixed_epoch_has_every_document_and_every_question_once(tmp_path, order):
-    mixed = mixed_dataset(tmp_path)
-    batches = list(mixed.epoch_batches(7, np.random.default_rng(0), order=order))
-    assert sum(len(x) for x, _ in batches) == len(mixed)
-    question_rows = [
-        mixed.questions.vocab.decode(x[i, : (x[i] == 1).nonzero()[0, 0]].tolist())
-        for x, _ in batches
-        for i in range(len(x))
-        if mixed.questions.vocab.decode(x[i, :10].tolist()) == "Where was "
-    ]
-    assert sorted(question_rows) == sorted(q.text for q in mixed.questions.data)
-
-
-def test_mixed_epoch_trains_questions_on_their_answer_only(tmp_path):
-    mixed = mixed_dataset(tmp_path)
-    vocab = mixed.questions.vocab
-    for x, y in mixed.epoch_batches(7, np.random.default_rng(0)):
-        for i in range(len(x)):
-            text = vocab.decode(x[i].tolist())
-            if text.startswith("Where was ") and text.index(MASK_CHAR) == text.index("?") + 1:
-                question_len = text.index(MASK_CHAR)
-                assert (y[i, : question_len - 1] == 0).all()
-                assert (y[i, question_len - 1] == 1).all()  # the MASK that starts the answer is a target
 
 
 def write(tmp_path, text: str):

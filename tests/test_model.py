@@ -146,8 +146,7 @@ def test_dropping_cache_rows_keeps_the_others_unchanged(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_batched_greedy_decoding_equals_one_prompt_at_a_time(variant):
-    from run import next_logits_fn
-    from utils import greedy_decode_batch, sample
+    from decode import greedy_decode_batch, next_logits_fn, sample
 
     torch.manual_seed(0)
     model = tiny(variant, bottleneck_dim=8)
@@ -166,7 +165,7 @@ def test_batched_greedy_decoding_equals_one_prompt_at_a_time(variant):
 
 
 def test_shared_prefix_leaves_every_row_a_token_of_its_own():
-    from run import shared_prefix_length
+    from decode import shared_prefix_length
 
     tokens = torch.tensor([[5, 6, 7, 8, 0], [5, 6, 7, 9, 4], [5, 6, 7, 8, 1]])
     assert shared_prefix_length(tokens, torch.tensor([4, 5, 5])) == 3
@@ -177,8 +176,7 @@ def test_shared_prefix_leaves_every_row_a_token_of_its_own():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_finished_rows_leave_the_caches_only_when_half_have_finished(variant, monkeypatch):
     from attention import KVCache
-    from run import next_logits_fn
-    from utils import greedy_decode_batch
+    from decode import greedy_decode_batch, next_logits_fn
 
     copies = []  # (rows cached before, rows kept) of each compaction
     keep_rows = KVCache.keep_rows
@@ -198,7 +196,7 @@ def test_finished_rows_leave_the_caches_only_when_half_have_finished(variant, mo
 
 
 def test_decode_batches_respect_the_row_and_token_limits_shortest_first():
-    from run import decode_batches
+    from decode import decode_batches
 
     lengths = [30, 5, 12, 7, 40, 6, 9, 11]
     batches = decode_batches(lengths, max_rows=3, max_tokens=40)
@@ -207,33 +205,9 @@ def test_decode_batches_respect_the_row_and_token_limits_shortest_first():
 
 
 def test_a_prompt_longer_than_the_token_limit_is_decoded_alone():
-    from run import decode_batches
+    from decode import decode_batches
 
     assert decode_batches([50, 60], max_rows=128, max_tokens=10) == [[0], [1]]
-
-
-def perceiver_attention_at_start(perceiver_init: str) -> tuple[float, float]:
-    """(down, up) at init: mean attention of bottleneck position i on input i, and of output t on bottleneck t."""
-    torch.manual_seed(0)
-    m = 64
-    model = GPT(GPTConfig(perceiver=True, bottleneck_dim=m, perceiver_init=perceiver_init)).eval()
-    down, up = model.projection_attention(torch.randint(1, 256, (4, 128)))
-    return tuple(torch.diagonal(w[..., :m, :m], dim1=-2, dim2=-1).mean().item() for w in (down, up))
-
-
-def test_aligned_perceiver_starts_with_both_projections_on_the_diagonal():
-    down, up = perceiver_attention_at_start("aligned")
-    assert down > 0.9 and up > 0.8
-
-
-def test_handout_perceiver_starts_with_projections_that_average_the_prefix():
-    down, up = perceiver_attention_at_start("handout")
-    assert down < 0.2 and up < 0.2
-
-
-def test_aligned_perceiver_has_the_handout_parameters():
-    aligned = GPT(GPTConfig(perceiver=True, bottleneck_dim=64, perceiver_init="aligned"))
-    GPT(GPTConfig(perceiver=True, bottleneck_dim=64)).load_state_dict(aligned.state_dict())  # strict
 
 
 def test_bf16_autocast_stays_close_to_fp32():
@@ -258,34 +232,3 @@ def test_cpu_info_reads_the_first_processors_fields(tmp_path):
     assert (info["cpu family"], info["model"], info["model name"]) == ("23", "1", "AMD EPYC")
     assert info["flags"].split() == ["fpu", "avx2"]
     assert cpu_info(tmp_path / "absent") == {}
-
-
-def test_projection_attention_rows_are_distributions_over_allowed_positions():
-    torch.manual_seed(0)
-    down, up = tiny("perceiver", bottleneck_dim=5).projection_attention(torch.randint(0, 20, (2, 9)))
-    assert down.shape == (2, 2, 5, 9) and up.shape == (2, 2, 9, 5)
-    for weights in (down, up):
-        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
-        rows, cols = weights.shape[-2:]
-        assert not weights[..., ~torch.tril(torch.ones(rows, cols, dtype=torch.bool))].any()  # query i sees j <= i
-
-
-def test_freezing_the_lower_vanilla_blocks_leaves_the_upper_ones_and_the_head_trainable():
-    model = tiny()
-    frozen = model.freeze_lower(1)
-    fixed = {n for n, p in model.named_parameters() if not p.requires_grad}
-    assert fixed == {"tok_emb.weight", "pos_emb"} | {f"blocks.0.{n}" for n, _ in model.blocks[0].named_parameters()}
-    assert frozen == sum(p.numel() for n, p in model.named_parameters() if n in fixed)
-
-
-def test_freezing_the_perceiver_counts_its_down_projection_as_the_first_block():
-    model = tiny("perceiver")
-    model.freeze_lower(1)
-    fixed = {n for n, p in model.named_parameters() if not p.requires_grad}
-    assert "down_block.C" in fixed and "down_block.attn.query.weight" in fixed
-    assert not any(n.startswith(("blocks.", "up_block.", "head.", "ln_f.")) for n in fixed)
-
-
-def test_freezing_more_blocks_than_the_model_has_is_refused():
-    with pytest.raises(ValueError, match="between 0 and"):
-        tiny().freeze_lower(99)

@@ -1,0 +1,199 @@
+"""Decoding: the handout's one-question-at-a-time sampler, and the fast batched greedy decoder.
+
+- `sample` is the reference: the handout's loop, recomputing the whole prefix
+  for every new character;
+- `predict` on the fast path decodes many questions at once, in batches of
+  similar length (`decode_batches`), with key/value caches (`next_logits_fn`,
+  `attention.KVCache`), and gives exactly the reference's answers (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from dataset import MASK_CHAR, Vocabulary
+from model import GPT
+
+MAX_ANSWER_CHARS = 32  # greedy decoding stops after this many characters, as in the handout
+
+
+def top_k_logits(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest logits of each row (B, V), set the rest to -inf."""
+    v, _ = torch.topk(logits, k)
+    return logits.masked_fill(logits < v[:, [-1]], float("-inf"))
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    steps: int,
+    temperature: float = 1.0,
+    sample: bool = False,
+    top_k: int | None = None,
+) -> torch.Tensor:
+    """Extend each row of x (B, T) by `steps` tokens -> (B, T + steps).
+
+    sample=False is greedy (argmax); otherwise draw from softmax(logits / temperature),
+    optionally restricted to the top_k tokens. The context is cropped to the
+    model's block_size, as in the handout. Full recompute each step: the plain
+    reference decoder; `greedy_decode_batch` is the fast one.
+    """
+    block_size = model.get_block_size()
+    model.eval()
+    for _ in range(steps):
+        x_cond = x if x.size(1) <= block_size else x[:, -block_size:]
+        logits, _ = model(x_cond)
+        logits = logits[:, -1, :] / temperature
+        if top_k is not None:
+            logits = top_k_logits(logits, top_k)
+        if sample:
+            ix = torch.multinomial(F.softmax(logits.float(), dim=-1), num_samples=1)
+        else:
+            _, ix = torch.topk(logits, k=1, dim=-1)
+        x = torch.cat((x, ix), dim=1)
+    return x
+
+
+@torch.no_grad()
+def greedy_decode_batch(
+    next_logits: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor],
+    prompts: list[list[int]],
+    max_new: int,
+    stop_id: int,
+    block_size: int,
+    device: torch.device,
+) -> list[list[int]]:
+    """Greedy continuation of many prompts of different lengths at once.
+
+    next_logits(tokens (b, W), lengths (b,), kept) -> logits (b, V): the
+    prediction for position lengths[i] of each row, whose first lengths[i]
+    tokens are tokens[i, :lengths[i]] (right-padded); `kept` is None on the
+    first call, afterwards the indices of the previous call's rows that are
+    still decoding (so a cache can drop the finished ones). Each row stops
+    after `stop_id` is produced, after max_new tokens, or at block_size.
+    Returns the generated ids of each row.
+    """
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    limit = torch.clamp(lengths + max_new, max=block_size)
+    tokens = torch.zeros(len(prompts), max(int(limit.max()), 1), dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        tokens[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+    rows = torch.nonzero(lengths < limit).squeeze(1)  # the rows still decoding
+    kept = None
+    while rows.numel() > 0:
+        row_lengths = lengths[rows]
+        width = int(row_lengths.max())
+        pred = next_logits(tokens[rows, :width], row_lengths, kept).argmax(dim=-1)  # (b,)
+        tokens[rows, row_lengths] = pred
+        lengths[rows] += 1
+        going = (pred != stop_id) & (lengths[rows] < limit[rows])
+        kept = torch.nonzero(going).squeeze(1)
+        rows = rows[kept]
+    return [tokens[i, len(p) : int(lengths[i])].tolist() for i, p in enumerate(prompts)]
+
+
+DECODE_BATCH = 128  # questions decoded together by the fast path (see README, "Speed")
+DECODE_TOKENS = 4096  # and at most this many prompt positions (rows x longest prompt) in one batch
+
+
+def decode_batches(lengths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Split prompts of these lengths into batches of similar length, shortest first.
+
+    Returns lists of indices into `lengths`: each batch holds at most max_rows
+    prompts and, unless it is a single prompt, at most max_tokens positions
+    counted as rows x its longest prompt, so a few long questions do not pad
+    a whole batch to their length.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches = []
+    while order:
+        n = min(max_rows, len(order))
+        while n > 1 and n * lengths[order[n - 1]] > max_tokens:
+            n -= 1
+        batches.append(order[:n])
+        order = order[n:]
+    return batches
+
+
+def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, device: torch.device) -> list[str]:
+    """Greedy answers: each question + MASK is continued until the next MASK (or 32 characters)."""
+    model.eval()
+    prompts = [q + MASK_CHAR for q in questions]
+    block = model.get_block_size()
+    mask_id = vocab.stoi[MASK_CHAR]
+    encoded = [vocab.encode(p) for p in prompts]
+    answers: list[list[int]] = []
+    if impl == "reference":
+        for ids in tqdm(encoded, desc="decoding", leave=False):
+            x = torch.tensor([ids], dtype=torch.long, device=device)
+            steps = min(MAX_ANSWER_CHARS, block - len(ids))
+            out = sample(model, x, steps, sample=False)[0, len(ids) :].tolist()
+            answers.append(out)
+    else:  # in batches of questions of similar length, so little of each batch is padding
+        answers = [[] for _ in encoded]
+        batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
+        for rows in tqdm(batches, desc="decoding", leave=False):
+            batch = greedy_decode_batch(
+                next_logits_fn(model), [encoded[i] for i in rows], MAX_ANSWER_CHARS, mask_id, block, device
+            )
+            for i, answer in zip(rows, batch, strict=True):
+                answers[i] = answer
+    # A newline inside an answer would break the one-line-per-input predictions file.
+    return [vocab.decode(a).split(MASK_CHAR)[0].replace("\n", " ") for a in answers]
+
+
+def shared_prefix_length(tokens: torch.Tensor, lengths: torch.Tensor) -> int:
+    """How many leading tokens every row of tokens (B, W) has in common, leaving each row one of its own."""
+    limit = int(lengths.min()) - 1
+    if limit <= 0:
+        return 0
+    same = (tokens[:, :limit] == tokens[:1, :limit]).all(dim=0)  # (limit,)
+    return int(same.long().cumprod(dim=0).sum())
+
+
+def next_logits_fn(model: GPT):
+    """next_logits for greedy_decode_batch, with KV caches (both variants: see GPT.new_caches).
+
+    Dropping a finished row from the caches copies every other row's keys and
+    values, so rows stay in the caches after they finish, decoding a PAD at
+    position 0 (one cheap position, never read), until half the cached rows
+    have finished: the caches are then copied once, keeping the rows still going.
+    """
+    caches = model.new_caches()
+    slots = torch.empty(0, dtype=torch.long)  # the cache row of each row still decoding
+
+    def cached(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+        nonlocal slots
+        if kept is None:  # first call: one pass over every prompt, then forget the padding
+            shared = shared_prefix_length(tokens, lengths)
+            if shared:  # "Where was " once, not once per row
+                model(tokens[:1, :shared], caches=caches)
+                for cache in caches:
+                    cache.keep_rows(torch.zeros(tokens.size(0), dtype=torch.long, device=tokens.device))
+            logits = model(tokens[:, shared:], caches=caches)[0]
+            for cache in caches:
+                cache.truncate(lengths)
+            slots = torch.arange(tokens.size(0), device=tokens.device)
+            return logits[torch.arange(tokens.size(0)), lengths - 1 - shared]
+        slots = slots[kept]
+        cached_rows = caches[0].lengths.numel()
+        if 2 * slots.numel() <= cached_rows:
+            for cache in caches:
+                cache.keep_rows(slots)
+            slots = torch.arange(slots.numel(), device=tokens.device)
+            cached_rows = slots.numel()
+        inputs = torch.zeros(cached_rows, dtype=torch.long, device=tokens.device)  # finished rows: PAD
+        inputs[slots] = tokens[torch.arange(tokens.size(0)), lengths - 1]  # the tokens produced last call
+        if slots.numel() < cached_rows:  # finished rows restart at position 0, so they never outgrow the block
+            finished = torch.ones(cached_rows, dtype=torch.bool, device=tokens.device)
+            finished[slots] = False
+            for cache in caches:
+                cache.truncate(cache.lengths.masked_fill(finished, 0))
+        return model(inputs[:, None], caches=caches)[0][slots, -1]
+
+    return cached

@@ -1,0 +1,173 @@
+"""Optimizers: the handout's AdamW with its weight-decay rule, and Muon for the blocks' matrices.
+
+`make_optimizer` builds what the trainer steps: AdamW alone (the handout's), or
+Muon for the hidden layers' weight matrices with AdamW for the rest (the CPU
+recipe: it stored facts faster per epoch; see bench/RESEARCH.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import torch
+
+from utils import bf16_supported
+
+if TYPE_CHECKING:
+    from trainer import TrainerConfig
+
+
+def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A cheap approximation of U Vᵀ for a 2-D matrix = U S Vᵀ: the same singular vectors, every
+    singular value pushed into roughly 0.7–1.2 by a quintic Newton–Schulz iteration computed in
+    `dtype`. Returns a tensor of matrix's shape and dtype."""
+    # Jordan's coefficients (2024): the steepest slope at zero for which five steps still land near 1.
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = matrix.to(dtype)
+    tall = x.size(0) > x.size(1)
+    if tall:  # iterate on the short side's Gram matrix, the cheaper one
+        x = x.T
+    x = x / (x.norm() + 1e-7)  # the Frobenius norm bounds the largest singular value: all now <= 1
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.T if tall else x).to(matrix.dtype)
+
+
+def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """`orthogonalize(matrix, steps)` computed from one eigendecomposition instead of `steps` rounds
+    of matmuls (fp32; for CPUs without native bf16). Returns a tensor of matrix's shape and dtype.
+
+    Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular
+    vectors. So with X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration
+    is U diag(r) Uᵀ X, where r is the product of those factors over the steps, computed per eigenvalue.
+    On the Zen 1 EPYC a Muon step for this model takes 0.20 s instead of 0.33 s, and the result is
+    within 3e-4 (relative) of the iteration for its 256-wide matrices, 2e-3 for small badly
+    conditioned ones (RESEARCH.md, session 22); tests compare the two.
+    """
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = matrix.float()
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    x = x / (x.norm() + 1e-7)
+    try:
+        eigenvalues, eigenvectors = torch.linalg.eigh(x @ x.T)
+    except torch.linalg.LinAlgError:  # no convergence (e.g. a non-finite gradient): the iteration decides
+        return orthogonalize(matrix, steps)
+    squared = eigenvalues.clamp_min(0)  # rounding can leave tiny negative eigenvalues
+    ratio = torch.ones_like(squared)  # the iteration's output singular value over its input one
+    for _ in range(steps):
+        s2 = ratio * ratio * squared
+        ratio = ratio * (a + b * s2 + c * s2 * s2)
+    x = (eigenvectors * ratio) @ (eigenvectors.T @ x)
+    return (x.T if tall else x).to(matrix.dtype)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum whose update is
+    orthogonalised (see `orthogonalize`), so that every direction of the matrix moves by the same
+    amount, rare ones included. The update is scaled by 0.2·sqrt(max(rows, cols)), which gives it the
+    RMS of a typical AdamW step (Liu et al., 2025, "Muon is Scalable for LLM Training"), so AdamW's
+    learning rate and decoupled weight decay carry over unchanged.
+
+    torch.optim.Muon computes the iteration in bf16 whatever the hardware; on a CPU without native
+    bf16 one of its steps took 11.7 s for this model, against 0.4 s here in fp32 (README).
+    spectral=True computes the same iteration with `orthogonalize_spectral` (the CPU fast path).
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
+                 momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False):  # fmt: skip
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
+        self.ns_dtype = ns_dtype
+        self.spectral = spectral
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:
+        """One update of every parameter that has a gradient."""
+        for group in self.param_groups:
+            lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buffer = state["momentum_buffer"].mul_(momentum).add_(p.grad)
+                update = p.grad.add(buffer, alpha=momentum)  # Nesterov
+                if self.spectral:
+                    direction = orthogonalize_spectral(update)
+                else:
+                    direction = orthogonalize(update, dtype=self.ns_dtype)
+                p.mul_(1 - lr * decay)
+                p.add_(direction, alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
+
+
+class MuonAdamW:
+    """Muon for some parameters and AdamW for the others, stepped as one optimizer: the trainer sets
+    the rate of every group in `param_groups` and saves `state_dict()` in its checkpoints."""
+
+    def __init__(self, muon: Muon, adamw: torch.optim.AdamW):
+        self.muon, self.adamw = muon, adamw
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.muon.param_groups + self.adamw.param_groups
+
+    def step(self) -> None:
+        self.muon.step()
+        self.adamw.step()
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.muon.load_state_dict(state["muon"])
+        self.adamw.load_state_dict(state["adamw"])
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW | MuonAdamW:
+    """AdamW with weight decay on matmul weights only (config.optimizer "adamw", the handout's), or
+    Muon for the hidden layers' matmul weights and that AdamW for the rest ("muon").
+
+    The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases,
+    LayerNorm parameters, the token embedding table, the position table and the perceiver's
+    learned basis do not (they are looked up or added, not multiplied, so shrinking them
+    towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes
+    every nn.Linear weight except the output layer `head`, which, like the embeddings, stays
+    with AdamW as Muon's authors advise.
+    Frozen parameters (requires_grad False, see GPT.freeze_lower) are in neither.
+    """
+    linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are
+    if config.decay == "matmul":
+        decay = linear
+    elif config.decay == "all_but_biases":
+        decay = {n for n in params if not n.endswith("bias")}
+    else:
+        raise ValueError(f"unknown decay {config.decay!r}")
+    hidden = {n for n in linear if not n.startswith("head.")} if config.optimizer == "muon" else set()
+    groups = [
+        {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
+        {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
+    ]
+    # The fused kernel does the same update in one pass (1.5 ms against 11 ms per step here); the
+    # reference path keeps PyTorch's default implementation.
+    fused = config.impl == "fast" and all(p.device.type in ("cpu", "cuda") for p in params.values())
+    adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused or None)
+    if config.optimizer == "adamw":
+        return adamw
+    if config.optimizer != "muon":
+        raise ValueError(f"unknown optimizer {config.optimizer!r}")
+    matrices = [p for n, p in params.items() if n in hidden]
+    if not matrices:  # every hidden matrix frozen: AdamW has the rest
+        return adamw
+    # bf16 only where it is native and the fast path asks for it, as for the forward pass.
+    native_bf16 = config.impl == "fast" and config.bf16 and bf16_supported(matrices[0].device)
+    ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
+    # In fp32 on a CPU one eigendecomposition beats five rounds of matmuls; GPUs keep the iteration.
+    spectral = config.impl == "fast" and not native_bf16 and matrices[0].device.type == "cpu"
+    muon = Muon(matrices, config.learning_rate, config.weight_decay, ns_dtype=ns_dtype, spectral=spectral)
+    return MuonAdamW(muon, adamw)
