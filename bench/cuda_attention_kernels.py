@@ -1,4 +1,4 @@
-"""Which attention kernel trains the handout's model on a CUDA GPU (session 30's check).
+"""Which attention kernel trains the handout's model on a CUDA GPU (the check behind attention.CUDA_ATTENTION_KERNELS).
 
     python bench/cuda_attention_kernels.py math              # the fast path as it is now
     python bench/cuda_attention_kernels.py efficient --seed 1
@@ -13,7 +13,7 @@ fast path's attention on CUDA forced to one kernel:
   matmul                             the plain matmul-softmax of the CPU fast path
 
 It prints run.py's per-epoch losses; compare them across kernels (and with
-`--fp32`, or `--impl reference`). Session 30 on an H100 (PyTorch 2.11): cuDNN
+`--fp32`, or `--impl reference`). On an H100 (PyTorch 2.11, 2026-11-25): cuDNN
 NaN from epoch 1, memory-efficient stalled at 3.0-3.2, math 2.29 and matmul 2.44
 at epoch 200 (bench/RESEARCH.md). Needs a CUDA GPU.
 """
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         attention.F.scaled_dot_product_attention = matmul_attention
     else:
         attention.CUDA_ATTENTION_KERNELS[:] = [KERNELS[kernel]]
-    params = f"/tmp/cuda_attention_{kernel}.params"
+    params = str(ROOT / "bench" / "runs" / f"cuda_attention_{kernel}.params")
     return run.main(["pretrain", "vanilla", "wiki.txt", "--writing_params_path", params, "--max_steps", "4600", *extra])
 
 

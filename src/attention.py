@@ -7,12 +7,12 @@ interface:
   to read and the one the tests trust;
 - "fast": on CUDA, PyTorch's `scaled_dot_product_attention` restricted to its
   math kernel (the fused ones broke bf16 training: see `CUDA_ATTENTION_KERNELS`);
-  on CPU the same plain matmul-softmax (measured: the fused CPU kernel's backward
-  is slower than plain bf16 matmuls on this 2-core machine, see bench/).
+  on CPU the plain matmul-softmax, whose backward beat the fused CPU kernel's
+  where it was measured (bench/RESEARCH.md, "Engineering").
 
 `dropout` likewise: PyTorch's own on the reference path and on CUDA; on CPU the
-fast path draws its random bits four at a time (measured: `bernoulli_` took a
-third of a training step with the handout's dropout 0.1, see bench/).
+fast path draws its random bits four at a time, because `bernoulli_` was a large
+share of a training step with the handout's dropout 0.1 (bench/RESEARCH.md).
 
 The modules below add the learned projections. Their parameter names (`key`,
 `query`, `value`, `proj`) and the persistent `mask` buffer match the course
@@ -31,14 +31,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 IMPLS = ("fast", "reference")
 
 # Which of scaled_dot_product_attention's kernels CUDA may use: the math kernel only,
-# which computes bf16 inputs in fp32. Measured on an H100 (PyTorch 2.11, bf16 autocast,
-# the handout's vanilla pretraining): with cuDNN's kernel, PyTorch's first choice there,
-# the loss was NaN from the first epoch (its backward with a mask: pytorch/pytorch#196678);
-# with the memory-efficient kernel it stalled at 3.0-3.2 by epoch 200 on 2 seeds, and the
-# whole 650 epochs ended at 3.4 and 0% dev; with the math kernel it was 2.29 at epoch 200,
-# as in fp32 (2.23, 2.37). Epochs took about as long with each (0.52-0.65 s, four runs
-# sharing the GPU): at this model's size the GPU waits on kernel launches, not on
-# attention (bench/RESEARCH.md, session 30).
+# which computes bf16 inputs in fp32. Under bf16 autocast cuDNN's kernel (PyTorch's first
+# choice on Hopper) gave NaN gradients with a mask, and the memory-efficient kernel's
+# gradients were wrong enough that the handout's pretraining stalled; the math kernel
+# trained as fp32 does, and at this model's size no kernel is faster than another, since
+# the GPU waits on kernel launches (bench/RESEARCH.md, "GPU kernels").
 CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 
 

@@ -346,7 +346,7 @@ def _batches(
         idx = order[s : s + batch_size]
         # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
         # Rounded up to a multiple of CROP_MULTIPLE: 16 tensor shapes instead of ~110 keep the CPU
-        # allocator from fragmenting (measured: memory grew ~5 MB a step and steps slowed; README, "Speed").
+        # allocator from fragmenting: without it memory grew every step and steps slowed (bench/RESEARCH.md).
         width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // CROP_MULTIPLE) * CROP_MULTIPLE)
         x = torch.from_numpy(ids[idx, :width])
         y = torch.from_numpy(targets[idx, 1 : width + 1])

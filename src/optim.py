@@ -43,9 +43,8 @@ def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor
     Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular
     vectors. So with X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration
     is U diag(r) Uᵀ X, where r is the product of those factors over the steps, computed per eigenvalue.
-    On the Zen 1 EPYC a Muon step for this model takes 0.20 s instead of 0.33 s, and the result is
-    within 3e-4 (relative) of the iteration for its 256-wide matrices, 2e-3 for small badly
-    conditioned ones (RESEARCH.md, session 22); tests compare the two.
+    On a CPU without native bf16 this is the cheaper of the two, and the result agrees with the
+    iteration closely (bench/RESEARCH.md); tests compare the two.
     """
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.float()
@@ -73,8 +72,8 @@ class Muon(torch.optim.Optimizer):
     RMS of a typical AdamW step (Liu et al., 2025, "Muon is Scalable for LLM Training"), so AdamW's
     learning rate and decoupled weight decay carry over unchanged.
 
-    torch.optim.Muon computes the iteration in bf16 whatever the hardware; on a CPU without native
-    bf16 one of its steps took 11.7 s for this model, against 0.4 s here in fp32 (README).
+    torch.optim.Muon computes the iteration in bf16 whatever the hardware, which is many times slower
+    on a CPU without native bf16 than this fp32 version (bench/RESEARCH.md).
     spectral=True computes the same iteration with `orthogonalize_spectral` (the CPU fast path).
     """
 
@@ -153,8 +152,8 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
         {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
         {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
     ]
-    # The fused kernel does the same update in one pass (1.5 ms against 11 ms per step here); the
-    # reference path keeps PyTorch's default implementation.
+    # The fused kernel does the same update in one pass, several times faster; the reference path
+    # keeps PyTorch's default implementation.
     fused = config.impl == "fast" and all(p.device.type in ("cpu", "cuda") for p in params.values())
     adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused or None)
     if config.optimizer == "adamw":

@@ -1,0 +1,214 @@
+"""The README's tables, generated from bench/results/*.jsonl: nobody edits the numbers by hand.
+
+    python bench/tables.py            # rewrite the tables in README.md and bench/results/all_runs.md
+    python bench/tables.py --check    # exit 1 if any committed table differs from what the logs give
+
+Sources:
+  runs.jsonl             full `bash run.sh` runs (bench/report.py --record): every row of the pipeline
+  gpu.jsonl              the handout's recipe on a GPU (bench/gpu_check.py)
+  time_to_accuracy.jsonl earlier CPU runs (bench/time_to_accuracy.py); those of today's cpu recipe,
+                         run to the end of their planned epochs, join the results table
+  speed.jsonl            bench/bench_speed.py, the latest line of each machine
+
+The results table has one row per (run, recipe, machine): dev accuracy per seed, their mean, and
+the minutes of a whole run (training and evaluation, the mean over seeds). The course's published
+figures stand beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+README = ROOT / "README.md"
+ALL_RUNS = RESULTS / "all_runs.md"
+
+ORDER = ["london", "vanilla_nopretrain", "vanilla", "perceiver", "rope", "ensemble", "perceiver_old"]
+LABELS = {
+    "london": "London baseline",
+    "vanilla_nopretrain": "vanilla, no pretraining",
+    "vanilla": "vanilla",
+    "perceiver": "perceiver (m = 64)",
+    "rope": "rope",
+    "ensemble": "ensemble of the three (most confident answer)",
+    "perceiver_old": "perceiver, earlier LayerNorm placement (not the handout's)",
+}
+# The day the perceiver started computing the handout's blocks: earlier perceiver runs are another model.
+PERCEIVER_FIXED = "2026-11-26"
+PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
+
+
+def read_jsonl(name: str) -> list[dict]:
+    path = RESULTS / name
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def todays_cpu_recipe(r: dict) -> bool:
+    """A time_to_accuracy run of the cpu recipe as it is now, run to the end of its planned epochs."""
+    c, f = r["pretrain_config"], r.get("finetune_config", {})
+    return (
+        "snapshot_of" not in r
+        and c.get("optimizer") == "muon"
+        and c["batch_size"] == 32
+        and c["learning_rate"] == 1e-3
+        and r.get("pretrain_doc_offset") == 14
+        and (f.get("learning_rate"), f.get("max_epochs")) == (1e-4, 5)
+        and r.get("pretrain_epochs_done") == c["max_epochs"] >= 90
+    )
+
+
+def result_rows() -> list[dict]:
+    """Every measured run as {run, recipe, machine, seed, dev, minutes}."""
+    rows = []
+    for r in read_jsonl("runs.jsonl"):
+        recipe = "handout" if r["run"] == "london" else r["recipe"]
+        rows.append({"run": r["run"], "recipe": recipe, "machine": r["machine"], "seed": r["seed"],
+                     "dev": r["dev_accuracy"], "minutes": r["minutes"]})  # fmt: skip
+    for r in read_jsonl("gpu.jsonl"):
+        if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
+            continue
+        minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
+        rows.append({"run": r["variant"], "recipe": "handout", "machine": f"{r['gpu']} ({r['runs_sharing_device']} runs "
+                     "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes})  # fmt: skip
+    for r in read_jsonl("time_to_accuracy.jsonl"):
+        if not todays_cpu_recipe(r):
+            continue
+        run = r["variant"]
+        if run == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
+            run = "perceiver_old"
+        rows.append({"run": run, "recipe": f"cpu, {r['pretrain_epochs_done']:.0f} epochs", "machine": r["cpu"],
+                     "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["total_seconds"] / 60})  # fmt: skip
+    return rows
+
+
+def results_table() -> str:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in result_rows():
+        recipe = re.sub(r", \d+ epochs", ", planned epochs", row["recipe"]) if row["run"] else row["recipe"]
+        groups[(row["run"], recipe, row["machine"])].append(row)
+    lines = [
+        "| run | recipe | machine | seeds | dev % per seed | mean | minutes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (run, recipe, machine), rows in sorted(groups.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][2])):
+        rows.sort(key=lambda r: r["seed"])
+        per_seed = ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
+        mean = sum(r["dev"] for r in rows) / len(rows) * 100
+        minutes = sum(r["minutes"] for r in rows) / len(rows)
+        epochs = sorted({r["recipe"] for r in rows})
+        if len(epochs) > 1 or recipe != epochs[0]:
+            recipe = f"{recipe.split(',')[0]}, {'/'.join(e.split(', ')[1].split()[0] for e in epochs)} epochs"
+        seeds = ", ".join(str(r["seed"]) for r in rows)
+        lines.append(
+            f"| {LABELS[run]} | {recipe} | {machine} | {seeds} | {per_seed} | **{mean:.1f}** | {minutes:.0f} |"
+        )
+    return "\n".join(lines) + "\n\n" + PUBLISHED
+
+
+def speed_table() -> str:
+    latest: dict[str, dict] = {}
+    for r in read_jsonl("speed.jsonl"):
+        latest[r["machine"]] = r
+    lines = ["| machine | measurement | reference | fast | ratio |", "|---|---|---|---|---|"]
+    for machine, r in latest.items():
+        name = machine.split(",")[0]
+        for t in r.get("train", [])[1::2]:
+            ref = next(x for x in r["train"] if x["variant"] == t["variant"] and x["impl"] == "reference")
+            lines.append(
+                f"| {name} | pretraining step, {t['variant']}, batch {t['batch_size']} | {ref['seconds_per_step']:.2f} s "
+                f"| {t['seconds_per_step']:.2f} s | {ref['seconds_per_step'] / t['seconds_per_step']:.1f}x |"
+            )
+        for e in r.get("eval", []):
+            model = "trained" if e["params"] != "untrained" else "untrained (worst case)"
+            same = "identical" if e["identical_predictions"] else "DIFFERENT"
+            lines.append(
+                f"| {name} | decoding 500 dev questions, {e['variant']}, {model} | {e['reference_seconds']:.1f} s "
+                f"| {e['fast_seconds']:.2f} s ({same} answers) | {e['speedup']:.0f}x |"
+            )
+        if "finetune" in r:
+            lines.append(f"| {name} | finetuning, 10 epochs | - | {r['finetune']['seconds']:.0f} s | - |")
+    return "\n".join(lines)
+
+
+def all_runs_table() -> str:
+    """Every logged CPU and GPU run, one line each: the raw record behind bench/RESEARCH.md."""
+    lines = [
+        "# Every logged run",
+        "",
+        "Generated by `python bench/tables.py` from bench/results/time_to_accuracy.jsonl, gpu.jsonl and",
+        "runs.jsonl. Precision: bf16 autocast where the processor has native bf16 matmuls (or a GPU), else fp32.",
+        "",
+        "| run | variant | CPU or GPU | precision | seed | recipe | epochs | dev | minutes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in read_jsonl("time_to_accuracy.jsonl"):
+        c = r["pretrain_config"]
+        device = r.get("gpu") or r.get("cpu", "CPU not recorded")
+        precision = "bf16" if (r.get("gpu") or "bf16)" in r.get("cpu", "bf16)")) and c.get("bf16", True) else "fp32"
+        recipe = f"{r['preset']}, batch {c['batch_size']}, lr {c['learning_rate']:g}, {c.get('optimizer', 'adamw')}"
+        epochs = r.get("pretrain_epochs_done") or c["max_epochs"]
+        lines.append(
+            f"| {r['name']} | {r['variant']} | {device} | {precision} | {r['seed']} | {recipe} | {epochs:g} "
+            f"| {r['dev_accuracy'] * 100:.1f}% | {r['total_seconds'] / 60:.1f} |"
+        )
+    for r in read_jsonl("gpu.jsonl"):
+        minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
+        recipe = f"handout, {r.get('order', 'file')} order, decay {r.get('decay', 'all_but_biases')}"
+        lines.append(
+            f"| {r['name']} | {r['variant']} | {r['gpu']} | bf16 | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
+            f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
+        )
+    for r in read_jsonl("runs.jsonl"):
+        precision = "bf16" if "bf16)" in r["machine"] else "fp32"
+        lines.append(
+            f"| run.sh {r['date']}: {r['run']} | {r['run'].split('_')[0]} | {r['machine']} | {precision} | {r['seed']} "
+            f"| {r['recipe']} | planned | {r['dev_accuracy'] * 100:.1f}% | {r['minutes']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """text with the lines between <!-- name:start --> and <!-- name:end --> replaced by body."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"error: README.md has no {start} ... {end} block")
+    before, rest = text.split(start, 1)
+    _, after = rest.split(end, 1)
+    return f"{before}{start}\n{body}\n{end}{after}"
+
+
+def generated() -> dict[Path, str]:
+    readme = README.read_text(encoding="utf-8")
+    readme = replace_block(readme, "results", results_table())
+    readme = replace_block(readme, "speed", speed_table())
+    return {README: readme, ALL_RUNS: all_runs_table()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="only check that the committed tables are current")
+    args = p.parse_args(argv)
+    stale = []
+    for path, text in generated().items():
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if current != text:
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                path.write_text(text, encoding="utf-8")
+    if args.check and stale:
+        print(f"stale: {', '.join(map(str, stale))}; run python bench/tables.py", file=sys.stderr)
+        return 1
+    print("tables are current" if args.check else f"rewrote {', '.join(map(str, stale)) or 'nothing'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

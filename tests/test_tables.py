@@ -1,0 +1,28 @@
+"""Specification of the generated tables: the README's numbers come from bench/results, never by hand."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REPO_ROOT
+
+from bench import tables
+
+
+def test_the_committed_readme_and_run_tables_are_what_the_logs_give():
+    assert tables.main(["--check"]) == 0, "run: python bench/tables.py"
+
+
+def test_a_new_logged_run_changes_the_results_table(monkeypatch, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"run": "rope", "recipe": "cpu", "machine": "a test CPU", "date": "2026-01-01", "seed": 3,
+           "dev_accuracy": 0.5, "minutes": 30.0, "command": "bash run.sh"}  # fmt: skip
+    (results / "runs.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    monkeypatch.setattr(tables, "RESULTS", results)
+    assert "| rope | cpu | a test CPU | 3 | 50.0 | **50.0** | 30 |" in tables.results_table()
+
+
+def test_the_readme_stays_a_short_users_guide():
+    assert len((REPO_ROOT / "README.md").read_bytes()) <= 15_000
+    assert len((REPO_ROOT / "bench" / "RESEARCH.md").read_bytes()) <= 40_000
