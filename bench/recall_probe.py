@@ -1,6 +1,6 @@
 """Does a pretrained model know the facts? Recall of each dev person's place from their own document.
 
-    python bench/recall_probe.py vanilla bench/runs/NAME/pretrain.params [more params files]
+    python bench/recall_probe.py vanilla bench/runs/NAME/pretrain.params [more params files]   # or perceiver, rope
     python bench/recall_probe.py vanilla PARAMS --shift "Where was "   # the same, documents moved right
 
 For every dev question whose place occurs in the person's wiki.txt document,
@@ -78,7 +78,7 @@ def main() -> None:
         at = argv.index("--shift")
         shift = argv[at + 1]
         del argv[at : at + 2]
-    if len(argv) < 2 or argv[0] not in ("vanilla", "perceiver"):
+    if len(argv) < 2 or argv[0] not in ("vanilla", "perceiver", "rope"):
         sys.exit(__doc__)
     wiki = read_text(ROOT / "data" / "wiki.txt")
     ds = CharCorruptionDataset(wiki, BLOCK)
@@ -87,7 +87,8 @@ def main() -> None:
     for path in argv[1:]:
         state = torch_load_safe(path)
         m = state["down_block.C"].size(1) if "down_block.C" in state else 32  # the bottleneck size
-        model = GPT(GPTConfig(vocab_size=ds.vocab_size, perceiver=argv[0] == "perceiver", bottleneck_dim=m))
+        config = GPTConfig(ds.vocab_size, perceiver=argv[0] == "perceiver", bottleneck_dim=m, rope=argv[0] == "rope")
+        model = GPT(config)
         model.load_state_dict(state)
         model.set_impl("fast")
         model.eval()
@@ -99,7 +100,7 @@ def main() -> None:
         print(f"{path}: recall from the document {100 * r:.1f}% of {len(items)} dev people (shift {shift!r})")
         print(f"  place ending within 64 characters: {100 * sum(near) / max(1, len(near)):.1f}% of {len(near)}")
         print(f"  beyond: {100 * sum(far) / max(1, len(far)):.1f}% of {len(far)}")
-        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "params": path, "shift": shift}
+        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "variant": argv[0], "params": path, "shift": shift}
         record |= {"items": len(items), "recall": round(r, 4)}
         record |= {"items_within_64": len(near), "recall_within_64": round(sum(near) / max(1, len(near)), 4)}
         with open(ROOT / "bench" / "results" / "recall_probe.jsonl", "a") as f:

@@ -201,6 +201,8 @@ def main() -> None:
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
     p.add_argument("--snapshots", default="", help="comma-separated minutes (58) or epochs (200ep) to also evaluate at")
     p.add_argument("--bottleneck_dim", type=int, default=64, help="perceiver bottleneck length m (the handout's 64)")
+    p.add_argument("--pretrain_order", default=None, help="pretrain through bench/trainer_variant.py --order")
+    p.add_argument("--pretrain_decay", default=None, help="pretrain through bench/trainer_variant.py --decay")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     p.add_argument("--refinetune", metavar="NAME", help="only finetune + evaluate run NAME's params again (see above)")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
@@ -230,7 +232,12 @@ def main() -> None:
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }
     cmd = ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]
-    seconds, _ = timed(run + cmd, out / "pretrain.log", snapshots)
+    runner = run
+    if args.pretrain_order or args.pretrain_decay:  # the trainer's batching or decay changed, for research
+        variant = [f"--{k}={v}" for k, v in (("order", args.pretrain_order), ("decay", args.pretrain_decay)) if v]
+        runner = [sys.executable, "bench/trainer_variant.py", *variant, "--"]
+        record["pretrain_trainer_variant"] = variant
+    seconds, _ = timed(runner + cmd, out / "pretrain.log", snapshots)
     record["pretrain_seconds"] = round(seconds, 1)
     print(f"{name}: pretrain took {seconds:.0f} s", flush=True)
     sidecar = json.loads((out / "pretrain.params.json").read_text())
