@@ -43,7 +43,8 @@ timed() {  # timed NAME command...: run it, log it, remember its wall-clock seco
   local name=$1; shift
   local t0=$SECONDS
   echo; echo "== $name"
-  "$@" 2>&1 | tee "$OUT_DIR/$name.log" | grep -v $'\r' | grep -v -E '^\s*$' || true
+  # progress bars redraw with a carriage return: show the lines between them, not the bars
+  "$@" 2>&1 | tee "$OUT_DIR/$name.log" | tr '\r' '\n' | grep --line-buffered -v -E '(it/s|s/it)[],]|^\s*$' || true
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "run.sh: step $name failed; see $OUT_DIR/$name.log"; exit 1; }
   echo "$name $((SECONDS - t0))" >>"$OUT_DIR/times.txt"
 }
