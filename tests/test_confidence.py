@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -318,3 +319,22 @@ def test_report_tables_every_run_and_says_not_run_for_missing_ones(tiny_corpus, 
     )
     assert "not run" in rows["vanilla, no pretraining"] and "not run" in rows["perceiver, pretrain + finetune"]
     assert (tmp_path / "report.json").is_file()
+
+
+def test_report_records_each_finished_run_with_its_machine_recipe_and_minutes(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    runs = tmp_path / "outputs"
+    runs.mkdir()
+    (runs / "london.dev.predictions").write_text("London\n" * 4, encoding="utf-8")
+    (runs / "rope.pretrain.dev.predictions").write_text("".join(f"{p}\n" for _, p in PEOPLE[:4]), encoding="utf-8")
+    (runs / "times.txt").write_text("london 6\nrope_pretrain 100\nrope_finetune 20\nrope_pretrain_dev 6\n")
+    monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
+    argv = ["--runs", str(runs), "--gold", str(tiny_dev_tsv), "--corpus", str(tiny_corpus)]
+    assert report.main([*argv, "--out", str(tmp_path / "r.md"), "--record", "--seed", "3"]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [(r["run"], r["recipe"], r["seed"], r["dev_accuracy"]) for r in lines] == [
+        ("london", "handout", 3, 0.25),
+        ("rope", "cpu", 3, 1.0),
+    ]
+    assert lines[1]["minutes"] == round(126 / 60, 1) and lines[1]["machine"] == report.this_machine()
