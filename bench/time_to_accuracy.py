@@ -203,6 +203,7 @@ def main() -> None:
     p.add_argument("--bottleneck_dim", type=int, default=64, help="perceiver bottleneck length m (the handout's 64)")
     p.add_argument("--pretrain_order", default=None, help="pretrain through bench/trainer_variant.py --order")
     p.add_argument("--pretrain_decay", default=None, help="pretrain through bench/trainer_variant.py --decay")
+    p.add_argument("--pretrain_mix_questions", default=None, help="pretrain through trainer_variant.py --mix_questions")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     p.add_argument("--refinetune", metavar="NAME", help="only finetune + evaluate run NAME's params again (see above)")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
@@ -233,8 +234,13 @@ def main() -> None:
     }
     cmd = ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]
     runner = run
-    if args.pretrain_order or args.pretrain_decay:  # the trainer's batching or decay changed, for research
-        variant = [f"--{k}={v}" for k, v in (("order", args.pretrain_order), ("decay", args.pretrain_decay)) if v]
+    changes = (
+        ("order", args.pretrain_order),
+        ("decay", args.pretrain_decay),
+        ("mix_questions", args.pretrain_mix_questions),
+    )
+    if any(v for _, v in changes):  # the trainer's batching, decay or data changed, for research
+        variant = [f"--{k}={v}" for k, v in changes if v]
         runner = [sys.executable, "bench/trainer_variant.py", *variant, "--"]
         record["pretrain_trainer_variant"] = variant
     seconds, _ = timed(runner + cmd, out / "pretrain.log", snapshots)
