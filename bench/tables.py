@@ -89,11 +89,16 @@ def result_rows() -> list[dict]:
     return rows
 
 
+def short(machine: str) -> str:
+    """A machine's description without trademark signs and filler words."""
+    return re.sub(r"\(R\)|\(TM\)| Processor| CPU", "", machine).strip()
+
+
 def results_table() -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in result_rows():
         recipe = re.sub(r", \d+ epochs", ", planned epochs", row["recipe"]) if row["run"] else row["recipe"]
-        groups[(row["run"], recipe, row["machine"])].append(row)
+        groups[(row["run"], recipe, short(row["machine"]))].append(row)
     lines = [
         "| run | recipe | machine | seeds | dev % per seed | mean | minutes |",
         "|---|---|---|---|---|---|---|",
