@@ -16,11 +16,11 @@ def test_the_committed_readme_and_run_tables_are_what_the_logs_give():
 def test_a_new_logged_run_changes_the_results_table(monkeypatch, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    row = {"run": "rope", "recipe": "cpu", "machine": "a test CPU", "date": "2026-01-01", "seed": 3,
+    row = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 3,
            "dev_accuracy": 0.5, "minutes": 30.0, "command": "bash run.sh"}  # fmt: skip
     (results / "runs.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
     monkeypatch.setattr(tables, "RESULTS", results)
-    assert "| rope | cpu | a test CPU | 3 | 50.0 | **50.0** | 30 |" in tables.results_table()
+    assert "| rope | cpu | a test machine | 3 | 50.0 | **50.0** | 30 |" in tables.results_table()
 
 
 def test_the_readme_stays_a_short_users_guide():
