@@ -124,7 +124,7 @@ def speed_table() -> str:
         latest[r["machine"]] = r
     lines = ["| machine | measurement | reference | fast | ratio |", "|---|---|---|---|---|"]
     for machine, r in latest.items():
-        name = machine.split(",")[0]
+        name = short(re.sub(r", \d+ threads.*", "", machine))
         for t in r.get("train", [])[1::2]:
             ref = next(x for x in r["train"] if x["variant"] == t["variant"] and x["impl"] == "reference")
             lines.append(
