@@ -100,7 +100,9 @@ def main() -> None:
         print(f"{path}: recall from the document {100 * r:.1f}% of {len(items)} dev people (shift {shift!r})")
         print(f"  place ending within 64 characters: {100 * sum(near) / max(1, len(near)):.1f}% of {len(near)}")
         print(f"  beyond: {100 * sum(far) / max(1, len(far)):.1f}% of {len(far)}")
-        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "variant": argv[0], "params": path, "shift": shift}
+        where = Path(path).resolve()
+        shown = str(where.relative_to(ROOT)) if where.is_relative_to(ROOT) else f"{where.parent.name}/{where.name}"
+        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "variant": argv[0], "params": shown, "shift": shift}
         record |= {"items": len(items), "recall": round(r, 4)}
         record |= {"items_within_64": len(near), "recall_within_64": round(sum(near) / max(1, len(near)), 4)}
         with open(ROOT / "bench" / "results" / "recall_probe.jsonl", "a") as f:
