@@ -206,11 +206,16 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
         if row is None or math.isnan(row["accuracy"]):
             continue
         seconds = [row[k] for k in ("train_seconds", "eval_seconds") if not math.isnan(row[k])]
+        variant = run.prefix.split(".")[0]
+        sidecar = Path(args.runs) / f"{variant}.pretrain.params.json"
+        epochs = {}
+        if run.prefix.endswith(".pretrain") and sidecar.is_file():  # fewer than planned if the budget ran out
+            epochs = {"pretrain_epochs": json.loads(sidecar.read_text())["epochs_done"]}
         lines.append({
-            "run": RECORD_KEYS.get(run.label, run.prefix.split(".")[0]),
+            "run": RECORD_KEYS.get(run.label, variant),
             "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,
             "date": datetime.date.today().isoformat(), "seed": args.seed, "dev_accuracy": row["accuracy"],
-            "minutes": round(sum(seconds) / 60, 1), "command": args.command,
+            "minutes": round(sum(seconds) / 60, 1), "command": args.command, **epochs,
         })  # fmt: skip
     with open(RUNS_JSONL, "a", encoding="utf-8") as f:
         f.writelines(json.dumps(line) + "\n" for line in lines)

@@ -52,7 +52,8 @@ def read_jsonl(name: str) -> list[dict]:
 
 
 def todays_cpu_recipe(r: dict) -> bool:
-    """A time_to_accuracy run of the cpu recipe as it is now, run to the end of its planned epochs."""
+    """A time_to_accuracy run of the cpu recipe as it is now, run to the end of its planned epochs
+    (fixed, or planned to a time budget after the first epoch)."""
     c, f = r["pretrain_config"], r.get("finetune_config", {})
     return (
         "snapshot_of" not in r
@@ -61,31 +62,33 @@ def todays_cpu_recipe(r: dict) -> bool:
         and c["learning_rate"] == 1e-3
         and r.get("pretrain_doc_offset") == 14
         and (f.get("learning_rate"), f.get("max_epochs")) == (1e-4, 5)
-        and r.get("pretrain_epochs_done") == c["max_epochs"] >= 90
+        and "pretrain_trainer_variant" not in r  # research variants of the trainer are not the recipe
+        and r.get("pretrain_epochs_done") == c["max_epochs"] >= 80
     )
 
 
 def result_rows() -> list[dict]:
-    """Every measured run as {run, recipe, machine, seed, dev, minutes}."""
+    """Every measured run as {run, recipe, machine, seed, dev, minutes, epochs (None if not pretrained)}."""
     rows = []
     for r in read_jsonl("runs.jsonl"):
         recipe = "handout" if r["run"] == "london" else r["recipe"]
         rows.append({"run": r["run"], "recipe": recipe, "machine": r["machine"], "seed": r["seed"],
-                     "dev": r["dev_accuracy"], "minutes": r["minutes"]})  # fmt: skip
+                     "dev": r["dev_accuracy"], "minutes": r["minutes"], "epochs": r.get("pretrain_epochs")})  # fmt: skip
     for r in read_jsonl("gpu.jsonl"):
         if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
             continue
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
         rows.append({"run": r["variant"], "recipe": "handout", "machine": f"{r['gpu']} ({r['runs_sharing_device']} runs "
-                     "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes})  # fmt: skip
+                     "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes,
+                     "epochs": r["pretrain_epochs"]})  # fmt: skip
     for r in read_jsonl("time_to_accuracy.jsonl"):
         if not todays_cpu_recipe(r):
             continue
         run = r["variant"]
         if run == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
             run = "perceiver_old"
-        rows.append({"run": run, "recipe": f"cpu, {r['pretrain_epochs_done']:.0f} epochs", "machine": r["cpu"],
-                     "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["total_seconds"] / 60})  # fmt: skip
+        rows.append({"run": run, "recipe": "cpu", "machine": r["cpu"], "seed": r["seed"], "dev": r["dev_accuracy"],
+                     "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"]})  # fmt: skip
     return rows
 
 
@@ -97,8 +100,7 @@ def short(machine: str) -> str:
 def results_table() -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in result_rows():
-        recipe = re.sub(r", \d+ epochs", ", planned epochs", row["recipe"]) if row["run"] else row["recipe"]
-        groups[(row["run"], recipe, short(row["machine"]))].append(row)
+        groups[(row["run"], row["recipe"], short(row["machine"]))].append(row)
     lines = [
         "| run | recipe | machine | seeds | dev % per seed | mean | minutes |",
         "|---|---|---|---|---|---|---|",
@@ -108,9 +110,10 @@ def results_table() -> str:
         per_seed = ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
         mean = sum(r["dev"] for r in rows) / len(rows) * 100
         minutes = sum(r["minutes"] for r in rows) / len(rows)
-        epochs = sorted({r["recipe"] for r in rows})
-        if len(epochs) > 1 or recipe != epochs[0]:
-            recipe = f"{recipe.split(',')[0]}, {'/'.join(e.split(', ')[1].split()[0] for e in epochs)} epochs"
+        epochs = [r["epochs"] for r in rows if r["epochs"] is not None]  # per seed, where pretrained
+        if epochs:
+            shown = [f"{e:.0f}" for e in epochs]
+            recipe = f"{recipe}, {shown[0] if len(set(shown)) == 1 else '/'.join(shown)} epochs"
         seeds = ", ".join(str(r["seed"]) for r in rows)
         lines.append(
             f"| {LABELS[run]} | {recipe} | {machine} | {seeds} | {per_seed} | **{mean:.1f}** | {minutes:.0f} |"
@@ -175,7 +178,7 @@ def all_runs_table() -> str:
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
             f"| run.sh {r['date']}: {r['run']} | {r['run'].split('_')[0]} | {r['machine']} | {precision} | {r['seed']} "
-            f"| {r['recipe']} | planned | {r['dev_accuracy'] * 100:.1f}% | {r['minutes']:.1f} |"
+            f"| {r['recipe']} | {r.get('pretrain_epochs', '-')} | {r['dev_accuracy'] * 100:.1f}% | {r['minutes']:.1f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -5,6 +5,7 @@
     python bench/time_to_accuracy.py vanilla --snapshots 28,43,58   # also stop-early points
     python bench/time_to_accuracy.py vanilla --table                # the log as a markdown table
     python bench/time_to_accuracy.py vanilla --refinetune NAME      # run NAME's params, finetuned again
+    python bench/time_to_accuracy.py rope --seed 1 --name NAME --resume   # an interrupted run, continued
 
 Runs the three run.py commands as a user would, in a scratch folder
 (bench/runs/<name>/), times each one, and appends one JSON line per run to
@@ -19,6 +20,12 @@ evaluated like the final model, and logged as its own line: what a user who
 had stopped pretraining at that point would have got (with the learning rate
 not yet decayed, since the schedule was planned for the whole run). Its
 pretraining time is the checkpoint's write time, measured from the start.
+--resume continues an interrupted run from its pretraining checkpoint (run.py
+pretrain --resume, with the same flags as the first attempt); its pretraining
+time is then the training time summed over both attempts (the sidecar's
+train_seconds: start-up and the lost part of the interrupted epoch are not in
+it), and the line says "resumed": true.
+
 A snapshot is the latest checkpoint written by then (every --ckpt_every steps,
 100 by default: about 1.8 minutes on the Zen 1 EPYC), so two snapshots closer
 than that may copy the same one; the later is then skipped.
@@ -204,6 +211,7 @@ def main() -> None:
     p.add_argument("--pretrain_order", default=None, help="pretrain through bench/trainer_variant.py --order")
     p.add_argument("--pretrain_decay", default=None, help="pretrain through bench/trainer_variant.py --decay")
     p.add_argument("--pretrain_mix_questions", default=None, help="pretrain through trainer_variant.py --mix_questions")
+    p.add_argument("--resume", action="store_true", help="continue run NAME's interrupted pretraining (see above)")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     p.add_argument("--refinetune", metavar="NAME", help="only finetune + evaluate run NAME's params again (see above)")
     args, args.pretrain_flags = p.parse_known_args()  # unknown flags go to run.py pretrain
@@ -243,10 +251,20 @@ def main() -> None:
         variant = [f"--{k}={v}" for k, v in changes if v]
         runner = [sys.executable, "bench/trainer_variant.py", *variant, "--"]
         record["pretrain_trainer_variant"] = variant
-    seconds, _ = timed(runner + cmd, out / "pretrain.log", snapshots)
+    log = out / "pretrain.log"
+    if args.resume:
+        if not Path(f"{pre_params}.ckpt").is_file():
+            sys.exit(f"error: --resume: no checkpoint {pre_params}.ckpt")
+        if log.is_file():
+            log.replace(out / "pretrain.interrupted.log")  # the first attempt's log, kept
+        cmd.append("--resume")
+    seconds, _ = timed(runner + cmd, log, snapshots)
+    sidecar = json.loads((out / "pretrain.params.json").read_text())
+    if args.resume:
+        seconds = sidecar["train_seconds"]  # both attempts' training time
+        record["resumed"] = True
     record["pretrain_seconds"] = round(seconds, 1)
     print(f"{name}: pretrain took {seconds:.0f} s", flush=True)
-    sidecar = json.loads((out / "pretrain.params.json").read_text())
     record["pretrain_steps"] = sidecar["steps"]
     record["pretrain_final_loss"] = sidecar["final_loss"]
     record["pretrain_config"] = sidecar["trainer"]

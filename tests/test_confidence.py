@@ -338,3 +338,17 @@ def test_report_records_each_finished_run_with_its_machine_recipe_and_minutes(
         ("rope", "cpu", 3, 1.0),
     ]
     assert lines[1]["minutes"] == round(126 / 60, 1) and lines[1]["machine"] == report.this_machine()
+
+
+def test_report_records_the_pretraining_epochs_from_the_params_sidecar(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    runs = tmp_path / "outputs"
+    runs.mkdir()
+    (runs / "rope.pretrain.dev.predictions").write_text("".join(f"{p}\n" for _, p in PEOPLE[:4]), encoding="utf-8")
+    (runs / "rope.pretrain.params.json").write_text(json.dumps({"epochs_done": 87.5}), encoding="utf-8")
+    monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
+    argv = ["--runs", str(runs), "--gold", str(tiny_dev_tsv), "--corpus", str(tiny_corpus)]
+    assert report.main([*argv, "--out", str(tmp_path / "r.md"), "--record"]) == 0
+    (line,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert line["run"] == "rope" and line["pretrain_epochs"] == 87.5
