@@ -120,13 +120,15 @@ def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotary embedding: x (..., T, hs) with rows of `table` (..., T, hs/2, 2) for its positions -> (..., T, hs).
 
     Dimensions (2i, 2i+1) are taken as one complex number and multiplied by
-    cos tθ_i + i sin tθ_i. Written with real arithmetic so that it runs in bf16 too.
-    Queries and keys rotated this way score q·k by their relative position only.
+    cos tθ_i + i sin tθ_i. Queries and keys rotated this way score q·k by their
+    relative position only. Written as x * cos + (x with each pair swapped) * ±sin
+    in x's dtype: two multiplies on whole rows, which the CPU runs far faster
+    than splitting the pairs apart and stacking them again.
     """
-    pairs = x.unflatten(-1, (-1, 2))  # (..., T, hs/2, 2)
-    real, imag = pairs[..., 0], pairs[..., 1]
-    cos, sin = table[..., 0], table[..., 1]
-    return torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1).flatten(-2).to(x.dtype)
+    cos = table[..., 0].repeat_interleave(2, dim=-1).to(x.dtype)  # (..., T, hs): cos tθ_i at 2i and 2i+1
+    sin = torch.stack((-table[..., 1], table[..., 1]), dim=-1).flatten(-2).to(x.dtype)  # -sin at 2i, +sin at 2i+1
+    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x_2i+1, x_2i) at (2i, 2i+1)
+    return x * cos + swapped * sin
 
 
 def causal_mask(size_q: int, size_k: int | None = None) -> torch.Tensor:
