@@ -8,6 +8,7 @@ Sources:
   gpu.jsonl              the handout's recipe on a GPU (bench/gpu_check.py)
   time_to_accuracy.jsonl earlier CPU runs (bench/time_to_accuracy.py); those of today's cpu recipe,
                          run to the end of their planned epochs, join the results table
+  ensembles.jsonl        bench/ensemble.py: confidence-selected ensembles of seeds and variants
   speed.jsonl            bench/bench_speed.py, the latest line of each machine
 
 The results table has one row per (run, recipe, machine): dev accuracy per seed, their mean, and
@@ -89,7 +90,15 @@ def result_rows() -> list[dict]:
             run = "perceiver_old"
         rows.append({"run": run, "recipe": "cpu", "machine": r["cpu"], "seed": r["seed"], "dev": r["dev_accuracy"],
                      "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"]})  # fmt: skip
+    for r in read_jsonl("ensembles.jsonl"):  # bench/ensemble.py: minutes are every member's training + evaluation
+        rows.append({"run": f"ensemble:{r['label']}", "recipe": "cpu", "machine": r["machine"], "seed": "-",
+                     "dev": r["dev_accuracy"], "minutes": r["minutes"], "epochs": None})  # fmt: skip
     return rows
+
+
+def order(run: str) -> int:
+    """Where a run's rows go in the results table: ensembles of bench/ensemble.py after run.sh's."""
+    return ORDER.index(run.split(":")[0])
 
 
 def short(machine: str) -> str:
@@ -105,7 +114,7 @@ def results_table() -> str:
         "| run | recipe | machine | seeds | dev % per seed | mean | minutes |",
         "|---|---|---|---|---|---|---|",
     ]
-    for (run, recipe, machine), rows in sorted(groups.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][2])):
+    for (run, recipe, machine), rows in sorted(groups.items(), key=lambda kv: (order(kv[0][0]), kv[0][2], kv[0][0])):
         rows.sort(key=lambda r: r["seed"])
         per_seed = ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
         mean = sum(r["dev"] for r in rows) / len(rows) * 100
@@ -116,7 +125,7 @@ def results_table() -> str:
             recipe = f"{recipe}, {shown[0] if len(set(shown)) == 1 else '/'.join(shown)} epochs"
         seeds = ", ".join(str(r["seed"]) for r in rows)
         lines.append(
-            f"| {LABELS[run]} | {recipe} | {machine} | {seeds} | {per_seed} | **{mean:.1f}** | {minutes:.0f} |"
+            f"| {LABELS.get(run) or run.split(':', 1)[1]} | {recipe} | {machine} | {seeds} | {per_seed} | **{mean:.1f}** | {minutes:.0f} |"
         )
     return "\n".join(lines) + "\n\n" + PUBLISHED
 

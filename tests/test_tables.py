@@ -39,6 +39,16 @@ def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_see
     assert "| rope | cpu, 87/97 epochs | a test machine | 0, 1 | 25.0, 35.0 | **30.0** | 35 |" in tables.results_table()
 
 
+def test_a_logged_ensemble_is_a_row_beside_the_single_models_with_its_whole_cost(monkeypatch, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    line = {"label": "ensemble of rope seeds 0, 1", "variants": ["rope"], "members": 2, "machine": "a test machine",
+            "date": "2026-01-01", "dev_accuracy": 0.358, "minutes": 65.3}  # fmt: skip
+    (results / "ensembles.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    monkeypatch.setattr(tables, "RESULTS", results)
+    assert "| ensemble of rope seeds 0, 1 | cpu | a test machine | - | 35.8 | **35.8** | 65 |" in tables.results_table()
+
+
 def test_the_readme_stays_a_short_users_guide():
     assert len((REPO_ROOT / "README.md").read_bytes()) <= 15_000
     assert len((REPO_ROOT / "bench" / "RESEARCH.md").read_bytes()) <= 40_000
