@@ -2,6 +2,7 @@
 
     python bench/recall_probe.py vanilla bench/runs/NAME/pretrain.params [more params files]   # or perceiver, rope
     python bench/recall_probe.py vanilla PARAMS --shift "Where was "   # the same, documents moved right
+    python bench/recall_probe.py rope PARAMS --answers DEV.predictions   # recall against right answers, per person
 
 For every dev question whose place occurs in the person's wiki.txt document,
 the model reads the document up to the place ("Ada Lovelace. She was born in ")
@@ -17,8 +18,10 @@ change, so a drop measures how much the stored facts are tied to the absolute
 positions at which pretraining saw them (in a question the name starts at
 position 10). Recall is also split by where the place ends, within the first
 64 characters or beyond: a perceiver with m = 64 sees only the first 64
-inputs, whatever it predicts. Results are printed and appended to
-bench/results/recall_probe.jsonl.
+inputs, whatever it predicts. --answers takes the dev predictions of the
+model finetuned from these params (one per dev line) and splits the people by
+recall: how often those recalled are answered right, and those not recalled.
+Results are printed and appended to bench/results/recall_probe.jsonl.
 """
 
 from __future__ import annotations
@@ -41,21 +44,22 @@ from utils import torch_load_safe  # noqa: E402
 BLOCK = 128
 
 
-def probes(wiki: str, dev_path: Path) -> list[tuple[str, str]]:
-    """(document prefix, place) for each dev question whose place occurs within the block of its document."""
+def probes(wiki: str, dev_path: Path) -> list[tuple[str, str, int]]:
+    """(document prefix, place, dev line index) for each dev question whose place occurs within the block
+    of its document."""
     docs = {}
     for line in wiki.split("\n"):
         name = line.split(".", 1)[0]
         docs.setdefault(name, line)
     out = []
-    for q in read_questions(dev_path, require_place=True):
+    for line, q in enumerate(read_questions(dev_path, require_place=True)):
         if q is None or (name := person_name(q.text)) is None or name not in docs:
             continue
         doc = docs[name]
         # The first occurrence after the name itself ("Paris Hilton. ..." is not about the place).
         at = doc.find(q.place, len(name) + 1)
         if 0 < at and at + len(q.place) <= BLOCK - 1:
-            out.append((doc[:at], q.place))
+            out.append((doc[:at], q.place, line))
     return out
 
 
@@ -73,17 +77,20 @@ def recall(model: GPT, ds: CharCorruptionDataset, items: list[tuple[str, str]]) 
 
 def main() -> None:
     argv = sys.argv[1:]
-    shift = ""
-    if "--shift" in argv:
-        at = argv.index("--shift")
-        shift = argv[at + 1]
-        del argv[at : at + 2]
+    options = {"--shift": "", "--answers": None}
+    for flag in options:
+        if flag in argv:
+            at = argv.index(flag)
+            options[flag] = argv[at + 1]
+            del argv[at : at + 2]
+    shift, answers = options["--shift"], options["--answers"]
     if len(argv) < 2 or argv[0] not in ("vanilla", "perceiver", "rope"):
         sys.exit(__doc__)
     wiki = read_text(ROOT / "data" / "wiki.txt")
     ds = CharCorruptionDataset(wiki, BLOCK)
-    items = [(shift + prefix, place) for prefix, place in probes(wiki, ROOT / "data" / "birth_dev.tsv")]
-    items = [(prefix, place) for prefix, place in items if len(prefix) + len(place) <= BLOCK - 1]
+    found = [(shift + prefix, place, line) for prefix, place, line in probes(wiki, ROOT / "data" / "birth_dev.tsv")]
+    found = [(prefix, place, line) for prefix, place, line in found if len(prefix) + len(place) <= BLOCK - 1]
+    items = [(prefix, place) for prefix, place, _ in found]
     for path in argv[1:]:
         state = torch_load_safe(path)
         m = state["down_block.C"].size(1) if "down_block.C" in state else 32  # the bottleneck size
@@ -105,6 +112,14 @@ def main() -> None:
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "variant": argv[0], "params": shown, "shift": shift}
         record |= {"items": len(items), "recall": round(r, 4)}
         record |= {"items_within_64": len(near), "recall_within_64": round(sum(near) / max(1, len(near)), 4)}
+        if answers:
+            predicted = read_text(answers).split("\n")
+            right = [predicted[line] == place for _, place, line in found]
+            recalled = [r for r, h in zip(right, hits, strict=True) if h]
+            missed = [r for r, h in zip(right, hits, strict=True) if not h]
+            print(f"  answered right: {sum(recalled)} of {len(recalled)} recalled, {sum(missed)} of {len(missed)} not")
+            record |= {"answers": answers, "right_when_recalled": [sum(recalled), len(recalled)]}
+            record |= {"right_when_not_recalled": [sum(missed), len(missed)]}
         with open(ROOT / "bench" / "results" / "recall_probe.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
