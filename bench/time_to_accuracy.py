@@ -64,6 +64,14 @@ def epochs_done(log: Path) -> int:
     return int(found[-1]) if found else 0
 
 
+def in_repository(config: dict) -> dict:
+    """A trainer config from a sidecar with its checkpoint path relative to the repository, as logged."""
+    ckpt = config.get("ckpt_path")
+    if ckpt and Path(ckpt).is_absolute() and Path(ckpt).is_relative_to(ROOT):
+        config = {**config, "ckpt_path": str(Path(ckpt).relative_to(ROOT))}
+    return config
+
+
 def timed(cmd: list[str], log: Path, snapshots: dict[str, Path] | None = None) -> tuple[float, str]:
     """Run cmd (output to log); returns (seconds, output). Stops the benchmark if the command fails.
 
@@ -109,7 +117,7 @@ def finetune_and_evaluate(run: list[str], common: list[str], pre_params: Path, o
         record[f"{step}_seconds"] = round(seconds, 1)
         if step == "finetune":  # the rate, dropout, batch and epochs the preset chose
             sidecar = json.loads(ft_params.with_suffix(".params.json").read_text())
-            record["finetune_config"] = {**sidecar["trainer"], "dropout": sidecar["dropout"]}
+            record["finetune_config"] = {**in_repository(sidecar["trainer"]), "dropout": sidecar["dropout"]}
         if step == "evaluate":
             m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text)
             record["dev_accuracy"] = float(m.group(1)) / float(m.group(2))
@@ -267,7 +275,7 @@ def main() -> None:
     print(f"{name}: pretrain took {seconds:.0f} s", flush=True)
     record["pretrain_steps"] = sidecar["steps"]
     record["pretrain_final_loss"] = sidecar["final_loss"]
-    record["pretrain_config"] = sidecar["trainer"]
+    record["pretrain_config"] = in_repository(sidecar["trainer"])
     record["pretrain_doc_offset"] = sidecar["doc_offset"]  # may come from the preset, not the flags
     record["pretrain_epochs_done"] = sidecar.get("epochs_done")  # fewer than planned if a budget ran out
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
