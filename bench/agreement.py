@@ -23,15 +23,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 
-from dataset import read_questions, read_text  # noqa: E402
+from dataset import Question, read_questions, read_text  # noqa: E402
 from utils import UserError  # noqa: E402
 
 AGREEMENT_JSONL = REPO_ROOT / "bench" / "results" / "agreement.jsonl"
 
 
-def right_answers(gold: Path, predictions: Path) -> set[int]:
-    """Indices (among the gold file's questions) of the questions `predictions` answers exactly right."""
-    entries = read_questions(gold, require_place=True)
+def right_answers(entries: list[Question | None], gold: Path, predictions: Path) -> set[int]:
+    """Indices (among the gold file's questions) of the questions `predictions` answers exactly right.
+
+    entries: the gold file as read_questions gives it, one per line (None for a blank line).
+    """
     lines = read_text(predictions).split("\n")
     lines = lines[:-1] if lines and lines[-1] == "" else lines
     if len(lines) != len(entries):
@@ -64,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         if any("=" not in m for m in args.models):
             raise UserError("each model is NAME=PREDICTIONS_FILE")
         paths = dict(m.split("=", 1) for m in args.models)
-        right = {name: right_answers(Path(args.gold), Path(path)) for name, path in paths.items()}
-        total = sum(q is not None for q in read_questions(args.gold, require_place=True))
+        entries = read_questions(args.gold, require_place=True)
+        right = {name: right_answers(entries, Path(args.gold), Path(path)) for name, path in paths.items()}
+        total = sum(q is not None for q in entries)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -91,6 +91,7 @@ def main() -> None:
     found = [(shift + prefix, place, line) for prefix, place, line in probes(wiki, ROOT / "data" / "birth_dev.tsv")]
     found = [(prefix, place, line) for prefix, place, line in found if len(prefix) + len(place) <= BLOCK - 1]
     items = [(prefix, place) for prefix, place, _ in found]
+    predicted = read_text(answers).split("\n") if answers else []  # the finetuned model's, one per dev line
     for path in argv[1:]:
         state = torch_load_safe(path)
         m = state["down_block.C"].size(1) if "down_block.C" in state else 32  # the bottleneck size
@@ -113,7 +114,6 @@ def main() -> None:
         record |= {"items": len(items), "recall": round(r, 4)}
         record |= {"items_within_64": len(near), "recall_within_64": round(sum(near) / max(1, len(near)), 4)}
         if answers:
-            predicted = read_text(answers).split("\n")
             right = [predicted[line] == place for _, place, line in found]
             recalled = [r for r, h in zip(right, hits, strict=True) if h]
             missed = [r for r, h in zip(right, hits, strict=True) if not h]

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO_ROOT / "src"))
 
 from confidence import evaluation_summary, place_in_document, read_scores_tsv  # noqa: E402
 from dataset import Question, read_questions, read_text  # noqa: E402
+from run import read_sidecar  # noqa: E402
 from utils import UserError, cpu_name, write_json_atomic, write_text_atomic  # noqa: E402
 
 RUNS_JSONL = REPO_ROOT / "bench" / "results" / "runs.jsonl"
@@ -207,10 +208,9 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
             continue
         seconds = [row[k] for k in ("train_seconds", "eval_seconds") if not math.isnan(row[k])]
         variant = run.prefix.split(".")[0]
-        sidecar = Path(args.runs) / f"{variant}.pretrain.params.json"
-        epochs = {}
-        if run.prefix.endswith(".pretrain") and sidecar.is_file():  # fewer than planned if the budget ran out
-            epochs = {"pretrain_epochs": json.loads(sidecar.read_text())["epochs_done"]}
+        pretrained = run.prefix.endswith(".pretrain")
+        sidecar = read_sidecar(Path(args.runs) / f"{variant}.pretrain.params") if pretrained else None
+        epochs = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
             "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,

@@ -9,43 +9,42 @@ from conftest import REPO_ROOT
 from bench import tables
 
 
+def logged(monkeypatch, tmp_path, **lines: dict) -> None:
+    """Point the tables at a results folder holding one line in each named log (runs=... -> runs.jsonl)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, line in lines.items():
+        (results / f"{name}.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    monkeypatch.setattr(tables, "RESULTS", results)
+
+
 def test_the_committed_readme_and_run_tables_are_what_the_logs_give():
     assert tables.main(["--check"]) == 0, "run: python bench/tables.py"
 
 
 def test_a_new_logged_run_changes_the_results_table(monkeypatch, tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
     row = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 3,
            "dev_accuracy": 0.5, "minutes": 30.0, "command": "bash run.sh"}  # fmt: skip
-    (results / "runs.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
-    monkeypatch.setattr(tables, "RESULTS", results)
+    logged(monkeypatch, tmp_path, runs=row)
     assert "| rope | cpu | a test machine | 3 | 50.0 | **50.0** | 30 |" in tables.results_table()
 
 
 def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_seed(monkeypatch, tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
     pipeline = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
                 "dev_accuracy": 0.25, "minutes": 30.0, "command": "bash run.sh", "pretrain_epochs": 87.0}  # fmt: skip
-    (results / "runs.jsonl").write_text(json.dumps(pipeline) + "\n", encoding="utf-8")
     research = {"name": "rope_seed1", "variant": "rope", "preset": "cpu", "seed": 1, "cpu": "a test machine",
                 "started": "2026-01-01 10:00", "pretrain_doc_offset": 14, "pretrain_epochs_done": 97.0,
                 "pretrain_config": {"optimizer": "muon", "batch_size": 32, "learning_rate": 1e-3, "max_epochs": 97},
                 "finetune_config": {"learning_rate": 1e-4, "max_epochs": 5}, "dev_accuracy": 0.35,
                 "total_seconds": 2400.0}  # fmt: skip
-    (results / "time_to_accuracy.jsonl").write_text(json.dumps(research) + "\n", encoding="utf-8")
-    monkeypatch.setattr(tables, "RESULTS", results)
+    logged(monkeypatch, tmp_path, runs=pipeline, time_to_accuracy=research)
     assert "| rope | cpu, 87/97 epochs | a test machine | 0, 1 | 25.0, 35.0 | **30.0** | 35 |" in tables.results_table()
 
 
 def test_a_logged_ensemble_is_a_row_beside_the_single_models_with_its_whole_cost(monkeypatch, tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
     line = {"label": "ensemble of rope seeds 0, 1", "variants": ["rope"], "members": 2, "machine": "a test machine",
             "date": "2026-01-01", "dev_accuracy": 0.358, "minutes": 65.3}  # fmt: skip
-    (results / "ensembles.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
-    monkeypatch.setattr(tables, "RESULTS", results)
+    logged(monkeypatch, tmp_path, ensembles=line)
     assert "| ensemble of rope seeds 0, 1 | cpu | a test machine | - | 35.8 | **35.8** | 65 |" in tables.results_table()
 
 
