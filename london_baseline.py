@@ -12,17 +12,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from dataset import read_questions, score_places  # noqa: E402
-from run import find_data_file  # noqa: E402
-from utils import UserError, write_text_atomic  # noqa: E402
+from run import Parser, find_data_file  # noqa: E402
+from utils import UserError, check_output_file, refuse_same_file, write_text_atomic  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Score "London" on --eval_corpus_path; 0, or 2 after a one-line error on bad input."""
+    p = Parser(prog="london_baseline.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--eval_corpus_path", required=True, help="questions file (birth_dev.tsv, ...)")
     p.add_argument("--outputs_path", default=None, help="also write the predictions, one per input line")
     args = p.parse_args(argv)
     try:
         path = find_data_file(args.eval_corpus_path, "eval corpus")
+        check_output_file(args.outputs_path, "--outputs_path")
+        refuse_same_file({"--outputs_path": args.outputs_path}, {"--eval_corpus_path": path})
         entries = read_questions(path, require_place=False)
         predictions = ["London" for q in entries if q is not None]
         if args.outputs_path:

@@ -1,36 +1,74 @@
 #!/usr/bin/env bash
-# The whole birth-place experiment on a fresh machine, ending with bench/results/report.md:
+# The whole birth-place experiment on a fresh machine, ending with a report in OUT_DIR/report.md:
 #   the London baseline; finetuning without pretraining; then, for every variant, pretrain ->
-#   finetune -> evaluate on dev and test; and the ensemble of the variants.
+#   finetune -> evaluate on dev and test (the direct protocol), and a recite reader finetuned from
+#   the same pretrained params -> evaluate on dev and test (the recite protocol, src/recite.py); and
+#   the ensemble of the variants' direct answers.
 #
 #   bash run.sh                                                      # the full run, about 2 hours
 #   PRETRAIN_EPOCHS=2 FINETUNE_EPOCHS=1 NOPRETRAIN_EPOCHS=1 bash run.sh   # a smoke run of a few minutes
 #
 # Without a GPU the recipe is --preset cpu and the run is planned to TOTAL_MINUTES by measuring this
 # machine: the steps that do not pretrain run first and are timed, and each pretraining gets an equal
-# share of what is left (--budget_minutes), into which it plans its epochs after timing its first one.
+# share of what is left (--budget_minutes), into which it plans its epochs at the pace it measures.
 # With a GPU the recipe is the handout's (minutes per variant there).
 #
 # Settings (environment): TOTAL_MINUTES (120), PRESET (cpu; handout with a GPU), VARIANTS
 # ("vanilla perceiver rope"), SEED (0), PRETRAIN_EPOCHS, FINETUNE_EPOCHS (after pretraining),
 # NOPRETRAIN_EPOCHS (finetune from scratch): the preset's when unset; OUT_DIR (outputs);
-# EXTRA_FLAGS (added to every run.py call).
+# EXTRA_FLAGS (added to every run.py call); RECORD (0; 1: record the run in bench/results/, report.md
+# and runs.jsonl, the README's table: for the project's own measured runs, full runs only).
+# Settings are checked before anything runs (one line each, exit 2); the first failed step stops the
+# run, naming the step and its log, and no report is written.
 set -euo pipefail
 cd "$(dirname "$0")"
-source ./setup.sh
 
-if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  : "${PRESET:=handout}"
-else
-  : "${PRESET:=cpu}"
-fi
 : "${TOTAL_MINUTES:=120}" "${VARIANTS:=vanilla perceiver rope}" "${SEED:=0}" "${OUT_DIR:=outputs}" "${EXTRA_FLAGS:=}"
+: "${RECORD:=0}" "${PRESET:=}" "${PRETRAIN_EPOCHS:=}" "${FINETUNE_EPOCHS:=}" "${NOPRETRAIN_EPOCHS:=}"
+read -r -a VARIANT_LIST <<<"$VARIANTS"
+bad=()
+[ "${#VARIANT_LIST[@]}" -gt 0 ] || bad+=("VARIANTS is empty; give some of: vanilla perceiver rope")
+seen=" "
+for variant in "${VARIANT_LIST[@]}"; do
+  case $variant in
+    vanilla | perceiver | rope) ;;
+    *) bad+=("VARIANTS: unknown variant '$variant'; choose from: vanilla perceiver rope") ;;
+  esac
+  [[ $seen == *" $variant "* ]] && bad+=("VARIANTS: $variant is named twice")
+  seen+="$variant "
+done
+# at most 10 digits, so that bash's arithmetic cannot overflow; 10# reads leading zeros as decimal
+[[ $SEED =~ ^[0-9]{1,10}$ ]] && ((10#$SEED < 2 ** 32)) ||
+  bad+=("SEED must be an integer from 0 to $((2 ** 32 - 1)), got '$SEED'")
+[[ $TOTAL_MINUTES =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ && $TOTAL_MINUTES =~ [1-9] ]] ||
+  bad+=("TOTAL_MINUTES must be a positive number of minutes, got '$TOTAL_MINUTES'")
+for name in PRETRAIN_EPOCHS FINETUNE_EPOCHS NOPRETRAIN_EPOCHS; do
+  value=${!name}
+  [ -z "$value" ] || [[ $value =~ ^[0-9]+$ && $value =~ [1-9] ]] ||
+    bad+=("$name must be a positive integer, got '$value'")
+done
+case $PRESET in "" | handout | cpu) ;; *) bad+=("PRESET must be handout or cpu, got '$PRESET'") ;; esac
+case $RECORD in
+  0) ;;
+  1) [ -z "$PRETRAIN_EPOCHS$FINETUNE_EPOCHS$NOPRETRAIN_EPOCHS$EXTRA_FLAGS" ] || bad+=("RECORD=1 records full runs \
+only: unset PRETRAIN_EPOCHS, FINETUNE_EPOCHS, NOPRETRAIN_EPOCHS and EXTRA_FLAGS") ;;
+  *) bad+=("RECORD must be 0 or 1, got '$RECORD'") ;;
+esac
+if [ "${#bad[@]}" -gt 0 ]; then
+  printf 'run.sh: %s\n' "${bad[@]}" >&2
+  exit 2
+fi
+
+source ./setup.sh
+if [ -z "$PRESET" ]; then
+  PRESET=cpu
+  if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then PRESET=handout; fi
+fi
 mkdir -p "$OUT_DIR" expt
 PRE_FLAGS="${PRETRAIN_EPOCHS:+--max_epochs $PRETRAIN_EPOCHS}"
 FT_FLAGS="${FINETUNE_EPOCHS:+--max_epochs $FINETUNE_EPOCHS}"
 NOPRE_FLAGS="${NOPRETRAIN_EPOCHS:+--max_epochs $NOPRETRAIN_EPOCHS}"
 COMMON="--preset $PRESET --seed $SEED $EXTRA_FLAGS"
-read -r -a VARIANT_LIST <<<"$VARIANTS"
 START=$SECONDS
 echo "run.sh: preset $PRESET, seed $SEED, variants: $VARIANTS; output in $OUT_DIR/"
 if [ "$PRESET" = cpu ]; then
@@ -39,13 +77,18 @@ if [ "$PRESET" = cpu ]; then
 fi
 
 RUN="python src/run.py"
-timed() {  # timed NAME command...: run it, log it, remember its wall-clock seconds
+timed() {  # timed NAME command...: run it, log it, remember its wall-clock seconds; stop the run if it fails
   local name=$1; shift
-  local t0=$SECONDS
+  local t0=$SECONDS status=0
   echo; echo "== $name"
-  # progress bars redraw with a carriage return: show the lines between them, not the bars
-  "$@" 2>&1 | tee "$OUT_DIR/$name.log" | tr '\r' '\n' | grep --line-buffered -v -E '(it/s|s/it)[],]|^\s*$' || true
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "run.sh: step $name failed; see $OUT_DIR/$name.log"; exit 1; }
+  # Progress bars redraw with a carriage return: show the lines between them, not the bars. grep finding
+  # no line is no failure; with pipefail the pipeline's status is then the command's (or tee's).
+  "$@" 2>&1 | tee "$OUT_DIR/$name.log" | tr '\r' '\n' |
+    { grep --line-buffered -v -E '(it/s|s/it)[],]|^\s*$' || true; } || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "run.sh: step $name failed (exit code $status); see $OUT_DIR/$name.log" >&2
+    exit "$status"
+  fi
   echo "$name $((SECONDS - t0))" >>"$OUT_DIR/times.txt"
 }
 seconds_of() { awk -v n="$1" '$1 == n {print $2}' "$OUT_DIR/times.txt"; }
@@ -62,10 +105,12 @@ timed vanilla_nopretrain_dev $RUN evaluate vanilla wiki.txt --reading_params_pat
 BUDGET_FLAGS=""
 if [ "$PRESET" = cpu ]; then
   # What a variant needs besides pretraining, from the steps just measured: a finetune of a pretrained
-  # model (5 of the 75 epochs just run), two evaluations (twice the one just run), and a minute of margin.
+  # model (5 of the 75 epochs just run), the recite reader's (the same epochs on examples about three
+  # times as long, and reciting 2,000 people), four evaluations (two of them reciting 500 people first),
+  # and a minute of margin.
   nopre=$(seconds_of vanilla_nopretrain_finetune) dev=$(seconds_of vanilla_nopretrain_dev)
   budget=$(python -c "import sys; total, used, nopre, dev, n = map(float, sys.argv[1:])
-print(f'{max(1.0, (total * 60 - used - n * (nopre * 5 / 75 + 2 * dev + 60)) / n / 60):.1f}')" \
+print(f'{max(1.0, (total * 60 - used - n * (4 * nopre * 5 / 75 + 8 * dev + 60)) / n / 60):.1f}')" \
     "$TOTAL_MINUTES" "$((SECONDS - START))" "$nopre" "$dev" "${#VARIANT_LIST[@]}")
   BUDGET_FLAGS="--budget_minutes $budget"
   echo; echo "run.sh: $((SECONDS - START)) s so far; each pretraining gets $budget minutes"
@@ -84,6 +129,15 @@ for variant in "${VARIANT_LIST[@]}"; do
     --scores_path "$OUT_DIR/$variant.pretrain.dev.scores.tsv" $flags $COMMON
   timed ${variant}_pretrain_test $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.finetune.params" \
     --eval_corpus_path birth_test_inputs.tsv --outputs_path "$OUT_DIR/$variant.pretrain.test.predictions" $flags $COMMON
+  # The recite protocol: the pretrained model recites each person, a reader finetuned from it answers.
+  timed ${variant}_reader $RUN finetune $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.pretrain.params" \
+    --writing_params_path "$OUT_DIR/$variant.reader.params" --finetune_corpus_path birth_places_train.tsv --recite \
+    $FT_FLAGS $flags $COMMON
+  timed ${variant}_recite_dev $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.reader.params" \
+    --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/$variant.recite.dev.predictions" \
+    --scores_path "$OUT_DIR/$variant.recite.dev.scores.tsv" $flags $COMMON
+  timed ${variant}_recite_test $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.reader.params" \
+    --eval_corpus_path birth_test_inputs.tsv --outputs_path "$OUT_DIR/$variant.recite.test.predictions" $flags $COMMON
 done
 
 if [ "${#VARIANT_LIST[@]}" -gt 1 ]; then  # each question answered by the variant most confident of its answer
@@ -95,10 +149,7 @@ if [ "${#VARIANT_LIST[@]}" -gt 1 ]; then  # each question answered by the varian
 fi
 
 echo; echo "run.sh: done in $(((SECONDS - START) / 60)) minutes"
-# A full run is recorded (bench/results/report.md and runs.jsonl, the README's table); a shortened one is not.
-REPORT=(--out "$OUT_DIR/report.md")
-if [ -z "${PRETRAIN_EPOCHS:-}${FINETUNE_EPOCHS:-}${NOPRETRAIN_EPOCHS:-}${EXTRA_FLAGS}" ] && [ "$VARIANTS" = "vanilla perceiver rope" ]; then
-  REPORT=(--record)
-fi
+# A user's run reports into OUT_DIR; RECORD=1 writes bench/results/report.md and appends to runs.jsonl.
+if [ "$RECORD" = 1 ]; then REPORT=(--record); else REPORT=(--out "$OUT_DIR/report.md"); fi
 python bench/report.py --runs "$OUT_DIR" --preset "$PRESET" --seed "$SEED" --command "bash run.sh" "${REPORT[@]}"
 echo "Predictions, params and logs: $OUT_DIR/; TensorBoard: tensorboard --logdir expt"

@@ -1,7 +1,8 @@
 """Speed benchmark: reference path vs fast path, measured in the same run.
 
     python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
-    python bench/bench_speed.py --parts train   # train | eval | finetune | optimizer
+    python bench/bench_speed.py --parts train   # train | eval | finetune | optimizer | recite
+    python bench/bench_speed.py --parts recite --pretrained RUN/pretrain.params   # recitation
     python bench/bench_speed.py --parts eval --trained_only --trained RUN/finetune.params   # a trained model only
 
 (1) training throughput for each variant: real tokens/s (non-PAD
@@ -12,7 +13,10 @@
 (3) a 10-epoch finetune on the 2,000 training questions with the fast path;
 (4) with --parts optimizer: one optimizer step for vanilla's parameters, AdamW
     (fused, the fast path's) against --optimizer muon, and Muon's Newton–Schulz
-    iteration against the fast path's version of it (not run by default).
+    iteration against the fast path's version of it (not run by default);
+(5) with --parts recite: the recite protocol's recitation of the 2,000 training people (100
+    characters) from trained pretrained params, batched with KV caches, against one person at a
+    time with full recompute (timed on 20 people and extrapolated; not run by default).
 
 Prints a markdown table, writes --out (JSON) and appends one line to
 bench/results/speed.jsonl, from which the README's speed table is generated.
@@ -35,10 +39,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from dataset import CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
-from decode import predict  # noqa: E402
+from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
+from decode import continue_text, predict  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer  # noqa: E402
+from recite import recitation_prompt  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import autocast, cpu_name, write_json_atomic  # noqa: E402
 
@@ -125,6 +130,41 @@ def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = No
     return out
 
 
+@torch.no_grad()
+def recite_one_at_a_time(model: GPT, vocab, prompt: str, length: int) -> str:
+    """The plain way to recite: one prompt, the whole prefix recomputed for every character, MASK and
+    PAD never chosen (what decode.continue_text computes in batches with KV caches)."""
+    ids = torch.tensor([vocab.encode(prompt)])
+    while ids.size(1) < length:
+        logits = model(ids)[0][0, -1]
+        logits[[vocab.stoi[MASK_CHAR], vocab.stoi[PAD_CHAR]]] = float("-inf")
+        ids = torch.cat([ids, logits.argmax().view(1, 1)], dim=1)
+    return vocab.decode(ids[0, :length].tolist())
+
+
+def recite_speed(ds: CharCorruptionDataset, pretrained: Path, chars: int, reference_people: int) -> dict:
+    """Recite the 2,000 training people from trained pretrained params with the batched decoder (KV
+    caches), and the first `reference_people` of them one at a time with full recompute; the one-at-a-time
+    figure for all of them is extrapolated from those."""
+    side = json.loads(Path(f"{pretrained}.json").read_text())
+    model = model_for(side["variant"], ds.vocab_size, "fast")
+    model.load_state_dict(torch.load(pretrained, weights_only=True))
+    questions = [q for q in read_questions(DATA / "birth_places_train.tsv", require_place=True) if q]
+    prompts = [recitation_prompt(q.text, "train") for q in questions]
+    t0 = time.perf_counter()
+    fast = continue_text(model, ds.vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], torch.device("cpu"))
+    fast_seconds = time.perf_counter() - t0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one line at a time is fastest on one thread (see eval_speed)
+    t0 = time.perf_counter()
+    plain = [recite_one_at_a_time(model, ds.vocab, p, chars) for p in prompts[:reference_people]]
+    reference_seconds = (time.perf_counter() - t0) / reference_people * len(prompts)
+    torch.set_num_threads(threads)
+    return {"variant": side["variant"], "params": str(pretrained), "people": len(prompts), "chars": chars,
+            "fast_seconds": fast_seconds, "reference_seconds_extrapolated": reference_seconds,
+            "reference_people": reference_people, "identical": plain == fast[:reference_people]}  # fmt: skip
+
+
 def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
     model = model_for(variant, ds.vocab_size, "fast")
     names = NameDataset(ds, DATA / "birth_places_train.tsv")
@@ -183,6 +223,7 @@ def main() -> None:
         help="decode with the --trained models only, not also the untrained worst cases (each costs a slow "
         "reference decoding: about 5 minutes on a first-generation Zen)",
     )
+    p.add_argument("--pretrained", type=Path, default=None, help="--parts recite: pretrained params to recite with")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.json", help="JSON output")
     args = p.parse_args()
     random.seed(0)
@@ -233,6 +274,16 @@ def main() -> None:
             f"| Muon step: iterated / fast ({'spectral' if o['muon_spectral'] else 'iterated'}) | "
             f"{o['muon_iterated_seconds']:.3f} s | {o['muon_seconds']:.3f} s | "
             f"{o['muon_iterated_seconds'] / o['muon_seconds']:.2f}x |"
+        )
+    if "recite" in args.parts:
+        if args.pretrained is None:
+            sys.exit("error: --parts recite needs --pretrained PARAMS")
+        r = recite_speed(ds, args.pretrained, 100, 20)
+        result["recite"] = r
+        lines.append(
+            f"| recite {r['people']} people, {r['chars']} characters, {r['variant']} | {r['reference_seconds_extrapolated']:.0f} s "
+            f"(from {r['reference_people']}) | {r['fast_seconds']:.1f} s (identical: {r['identical']}) | "
+            f"{r['reference_seconds_extrapolated'] / r['fast_seconds']:.0f}x |"
         )
     table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
     result["table"] = table

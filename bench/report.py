@@ -44,6 +44,8 @@ class Run:
     prefix: str  # <prefix>.dev.predictions, <prefix>.dev.scores.tsv
     train_steps: tuple[str, ...]  # times.txt entries summed as training time
     eval_step: str  # times.txt entry (and <eval_step>.log) of the dev evaluation
+    protocol: str = "direct"  # or "recite": recite, then answer (src/recite.py)
+    extra_steps: tuple[str, ...] = ()  # recite: the steps it adds to the direct protocol's run
 
 
 RUNS = [
@@ -68,10 +70,22 @@ RUNS = [
         tuple(f"{v}_{s}" for v in ("vanilla", "perceiver", "rope") for s in ("pretrain", "finetune")),
         "ensemble_dev",
     ),
+    *[
+        Run(
+            f"{v}, recite then answer",
+            f"{v}.recite",
+            (f"{v}_pretrain", f"{v}_reader"),
+            f"{v}_recite_dev",
+            "recite",
+            (f"{v}_reader", f"{v}_recite_dev"),
+        )
+        for v in ("vanilla", "perceiver", "rope")
+    ],
 ]
 
 COLUMNS = [
     ("accuracy", "dev accuracy"),
+    ("place_in_recitation", "place in recitation"),
     ("accuracy_at_coverage_50", "accuracy at 50% coverage"),
     ("coverage_auc", "coverage AUC"),
     ("ece", "ECE"),
@@ -89,12 +103,17 @@ def read_times(path: Path) -> dict[str, float]:
     return {name: float(sec) for name, sec in (line.split() for line in read_text(path).splitlines() if line.strip())}
 
 
-def log_accuracy(path: Path) -> float | None:
-    """The accuracy of a `Correct: C out of N: P%` line in a log, if there is one."""
+def log_share(path: Path, pattern: str) -> float | None:
+    """The percentage that `pattern`'s group captures in a log, as a share; None if absent."""
     if not path.is_file():
         return None
-    m = re.search(r"Correct: .*: ([\d.]+)%", read_text(path))
+    m = re.search(pattern, read_text(path))
     return float(m.group(1)) / 100 if m else None
+
+
+def log_accuracy(path: Path) -> float | None:
+    """The accuracy of a `Correct: C out of N: P%` line in a log, if there is one."""
+    return log_share(path, r"Correct: .*: ([\d.]+)%")
 
 
 def aligned(path: Path, entries: list[Question | None], read: Callable[[Path], list]) -> list:
@@ -135,6 +154,11 @@ def run_metrics(
     if run.train_steps and all(s in times for s in run.train_steps):
         row["train_seconds"] = sum(times[s] for s in run.train_steps)
     row["eval_seconds"] = times.get(run.eval_step, math.nan)
+    if run.protocol == "recite":
+        ceiling = log_share(folder / f"{run.eval_step}.log", r"the gold place is in ([\d.]+)% of the recitations")
+        row["place_in_recitation"] = math.nan if ceiling is None else ceiling
+        if all(s in times for s in run.extra_steps):
+            row["extra_seconds"] = sum(times[s] for s in run.extra_steps)
     return row
 
 
@@ -156,12 +180,13 @@ def markdown(rows: dict[str, dict[str, float] | None], folder: Path, split: str,
         "",
         f"From `{folder}` (run.sh's outputs) by `python bench/report.py`. Dev set: birth_dev.tsv.",
         "",
-        "| run | " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|---|" + "---|" * len(COLUMNS),
+        "| run | protocol | " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COLUMNS),
     ]
-    for label, row in rows.items():
+    for run in RUNS:
+        row = rows[run.label]
         cells = ["not run"] + [""] * (len(COLUMNS) - 1) if row is None else [cell(k, row[k]) for k, _ in COLUMNS]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {run.label} | {run.protocol} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Answers are ranked by their mean log-probability per character (answer characters and the closing",
@@ -169,7 +194,10 @@ def markdown(rows: dict[str, dict[str, float] | None], folder: Path, split: str,
         "mean accuracy of the k most confident answers over k = 1..N. ECE: expected calibration error over",
         "10 equal-width bins of exp(mean logprob). The place-in-document columns split the dev questions by",
         "whether the gold place occurs in the person's wiki.txt line: recall versus guessing. Times are",
-        "wall-clock seconds of the run.sh steps (train: pretrain + finetune).",
+        "wall-clock seconds of the run.sh steps (train: pretrain + finetune, or pretrain + the reader's finetune).",
+        "Protocol direct is the handout's (question, MASK, place); recite answers from the model's own",
+        "recollection of the person (src/recite.py), and its place-in-recitation column is the share of dev",
+        "recitations that hold the gold place: the ceiling of a reader that copies.",
         "",
     ]
     if split:
@@ -199,6 +227,16 @@ def this_machine() -> str:
 RECORD_KEYS = {"London baseline": "london", "vanilla, no pretraining": "vanilla_nopretrain"}
 
 
+def recite_fields(row: dict[str, float]) -> dict[str, float]:
+    """A recite row's ceiling and the minutes recite adds to the direct protocol's run."""
+    fields = {}
+    if not math.isnan(row.get("place_in_recitation", math.nan)):
+        fields["place_in_recitation"] = row["place_in_recitation"]
+    if "extra_seconds" in row:
+        fields["extra_minutes"] = round(row["extra_seconds"] / 60, 1)
+    return fields
+
+
 def record(rows: dict[str, dict[str, float] | None], machine: str, args: argparse.Namespace) -> None:
     """Append one JSON line per finished run to bench/results/runs.jsonl (the README's table reads it)."""
     lines = []
@@ -208,14 +246,15 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
             continue
         seconds = [row[k] for k in ("train_seconds", "eval_seconds") if not math.isnan(row[k])]
         variant = run.prefix.split(".")[0]
-        pretrained = run.prefix.endswith(".pretrain")
+        pretrained = run.prefix.endswith((".pretrain", ".recite"))
         sidecar = read_sidecar(Path(args.runs) / f"{variant}.pretrain.params") if pretrained else None
         epochs = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
             "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,
             "date": datetime.date.today().isoformat(), "seed": args.seed, "dev_accuracy": row["accuracy"],
-            "minutes": round(sum(seconds) / 60, 1), "command": args.command, **epochs,
+            "minutes": round(sum(seconds) / 60, 1), "command": args.command, **epochs, "protocol": run.protocol,
+            **recite_fields(row),
         })  # fmt: skip
     with open(RUNS_JSONL, "a", encoding="utf-8") as f:
         f.writelines(json.dumps(line) + "\n" for line in lines)

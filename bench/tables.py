@@ -9,11 +9,13 @@ Sources:
   time_to_accuracy.jsonl earlier CPU runs (bench/time_to_accuracy.py); those of today's cpu recipe,
                          run to the end of their planned epochs, join the results table
   ensembles.jsonl        bench/ensemble.py: confidence-selected ensembles of seeds and variants
+  recite.jsonl           bench/recite_eval.py: the recite protocol on pretrained models of the cpu recipe
   speed.jsonl            bench/bench_speed.py, the latest line of each machine
 
-The results table has one row per (run, recipe, machine): dev accuracy per seed, their mean, and
-the minutes of a whole run (training and evaluation, the mean over seeds). The course's published
-figures stand beside it.
+The results table has one row per (run, protocol, recipe, machine): dev accuracy per seed, their
+mean, and the minutes of a whole run (training and evaluation, the mean over seeds). The direct
+protocol's rows come first; each recite row also shows the share of dev recitations that hold the
+gold place and the minutes recite adds. The course's published figures stand beside it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ RESULTS = ROOT / "bench" / "results"
 README = ROOT / "README.md"
 ALL_RUNS = RESULTS / "all_runs.md"
 
-ORDER = ["london", "vanilla_nopretrain", "vanilla", "perceiver", "rope", "ensemble", "perceiver_old"]
+ORDER = ["london", "vanilla_nopretrain", "vanilla", "perceiver", "rope", "ensemble"]
 LABELS = {
     "london": "London baseline",
     "vanilla_nopretrain": "vanilla, no pretraining",
@@ -38,10 +40,10 @@ LABELS = {
     "perceiver": "perceiver (m = 64)",
     "rope": "rope",
     "ensemble": "ensemble of the three (most confident answer)",
-    "perceiver_old": "perceiver, earlier LayerNorm placement (not the handout's)",
 }
 # The day the perceiver started computing the handout's blocks: earlier perceiver runs are another model.
 PERCEIVER_FIXED = "2026-11-26"
+DIRECT = {"protocol": "direct", "ceiling": None, "extra": None}
 PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
 
 
@@ -68,64 +70,93 @@ def todays_cpu_recipe(r: dict) -> bool:
     )
 
 
+def todays_reader(r: dict) -> bool:
+    """A bench/recite_eval.py line of the product: the cpu preset's reader, no other finetune flags, on a
+    pretraining of the cpu recipe."""
+    return r.get("pretrain_preset") == r.get("preset") == "cpu" and r.get("finetune_flags") == []
+
+
 def result_rows() -> list[dict]:
-    """Every measured run as {run, recipe, machine, seed, dev, minutes, epochs (None if not pretrained)}."""
+    """Every measured run as {run, protocol, recipe, machine, seed, dev, minutes, epochs (None if not
+    pretrained), ceiling and extra minutes (recite only, else None)}."""
     rows = []
     for r in read_jsonl("runs.jsonl"):
         recipe = "handout" if r["run"] == "london" else r["recipe"]
-        rows.append({"run": r["run"], "recipe": recipe, "machine": r["machine"], "seed": r["seed"],
-                     "dev": r["dev_accuracy"], "minutes": r["minutes"], "epochs": r.get("pretrain_epochs")})  # fmt: skip
+        rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
+                     "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
+                     "epochs": r.get("pretrain_epochs"), "ceiling": r.get("place_in_recitation"),
+                     "extra": r.get("extra_minutes")})  # fmt: skip
+    for r in read_jsonl("recite.jsonl"):
+        if r.get("protocol") != "recite" or not todays_reader(r):
+            continue
+        minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
+        rows.append({"run": r["variant"], "protocol": "recite", "recipe": "cpu", "machine": r["machine"],
+                     "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes, "epochs": r["pretrain_epochs"],
+                     "ceiling": r["place_in_recitation_dev"], "extra": r["extra_minutes"]})  # fmt: skip
     for r in read_jsonl("gpu.jsonl"):
         if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
             continue
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
         rows.append({"run": r["variant"], "recipe": "handout", "machine": f"{r['gpu']} ({r['runs_sharing_device']} runs "
                      "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes,
-                     "epochs": r["pretrain_epochs"]})  # fmt: skip
+                     "epochs": r["pretrain_epochs"], **DIRECT})  # fmt: skip
     for r in read_jsonl("time_to_accuracy.jsonl"):
         if not todays_cpu_recipe(r):
             continue
-        run = r["variant"]
-        if run == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
-            run = "perceiver_old"
-        rows.append({"run": run, "recipe": "cpu", "machine": r["cpu"], "seed": r["seed"], "dev": r["dev_accuracy"],
-                     "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"]})  # fmt: skip
-    for r in read_jsonl("ensembles.jsonl"):  # bench/ensemble.py: minutes are every member's training + evaluation
-        rows.append({"run": f"ensemble:{r['label']}", "recipe": "cpu", "machine": r["machine"], "seed": "-",
-                     "dev": r["dev_accuracy"], "minutes": r["minutes"], "epochs": None})  # fmt: skip
+        if r["variant"] == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
+            continue  # another model than the handout's: bench/results/all_runs.md lists them
+        rows.append({"run": r["variant"], "recipe": "cpu", "machine": r["cpu"], "seed": r["seed"], "dev": r["dev_accuracy"],
+                     "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"], **DIRECT})  # fmt: skip
     return rows
 
 
 def order(run: str) -> int:
-    """Where a run's rows go in the results table: ensembles of bench/ensemble.py after run.sh's."""
-    return ORDER.index(run.split(":")[0])
+    """Where a run's rows go in the results table."""
+    return ORDER.index(run)
 
 
 def short(machine: str) -> str:
-    """A machine's description without trademark signs and filler words."""
-    return re.sub(r"\(R\)|\(TM\)| Processor| CPU", "", machine).strip()
+    """A machine's description without vendor, trademark signs and filler words, its family and model
+    as F/M: "Intel(R) Xeon(R) Processor [family 6, model 167] (AVX512, bf16)" -> "Xeon 6/167 (AVX512, bf16)"."""
+    name = re.sub(r"\(R\)|\(TM\)| Processor| CPU", "", machine).strip()
+    name = re.sub(r"^(Intel|AMD|NVIDIA) ", "", name)
+    return re.sub(r"\[family (\d+), model (\d+)\]", r"\1/\2", name)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def results_table() -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in result_rows():
-        groups[(row["run"], row["recipe"], short(row["machine"]))].append(row)
+        groups[(row["run"], row["protocol"], row["recipe"], short(row["machine"]))].append(row)
     lines = [
-        "| run | recipe | machine | seeds | dev % per seed | mean | minutes |",
-        "|---|---|---|---|---|---|---|",
+        "| run | protocol | recipe | machine | seeds | dev % per seed | mean | place in recitation | minutes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (run, recipe, machine), rows in sorted(groups.items(), key=lambda kv: (order(kv[0][0]), kv[0][2], kv[0][0])):
+
+    def where(kv: tuple) -> tuple:  # direct rows first, then by run and machine
+        run, protocol, _, machine = kv[0]
+        return protocol != "direct", order(run), machine, run
+
+    for (run, protocol, recipe, machine), rows in sorted(groups.items(), key=where):
         rows.sort(key=lambda r: r["seed"])
         per_seed = ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
-        mean = sum(r["dev"] for r in rows) / len(rows) * 100
+        average = mean([r["dev"] for r in rows]) * 100
         minutes = sum(r["minutes"] for r in rows) / len(rows)
         epochs = [r["epochs"] for r in rows if r["epochs"] is not None]  # per seed, where pretrained
         if epochs:
             shown = [f"{e:.0f}" for e in epochs]
             recipe = f"{recipe}, {shown[0] if len(set(shown)) == 1 else '/'.join(shown)} epochs"
         seeds = ", ".join(str(r["seed"]) for r in rows)
+        ceiling, shown_minutes = "-", f"{minutes:.0f}"
+        if protocol == "recite":
+            ceiling = f"{mean([r['ceiling'] for r in rows]) * 100:.1f}%"
+            shown_minutes += f" (+{mean([r['extra'] for r in rows]):.1f} recite)"
         lines.append(
-            f"| {LABELS.get(run) or run.split(':', 1)[1]} | {recipe} | {machine} | {seeds} | {per_seed} | **{mean:.1f}** | {minutes:.0f} |"
+            f"| {LABELS[run]} | {protocol} | {recipe} | {machine} | {seeds} | {per_seed} "
+            f"| **{average:.1f}** | {ceiling} | {shown_minutes} |"
         )
     return "\n".join(lines) + "\n\n" + PUBLISHED
 
@@ -150,6 +181,14 @@ def speed_table() -> str:
                 f"| {name} | decoding 500 dev questions, {e['variant']}, {model} | {e['reference_seconds']:.1f} s "
                 f"| {e['fast_seconds']:.2f} s ({same} answers) | {e['speedup']:.0f}x |"
             )
+        if "recite" in r:
+            c = r["recite"]
+            same = "identical" if c["identical"] else "DIFFERENT"
+            lines.append(
+                f"| {name} | reciting {c['people']} people, {c['chars']} characters, {c['variant']} | "
+                f"{c['reference_seconds_extrapolated']:.0f} s (from {c['reference_people']}) | {c['fast_seconds']:.1f} s "
+                f"({same} text) | {c['reference_seconds_extrapolated'] / c['fast_seconds']:.0f}x |"
+            )
         if "finetune" in r:
             lines.append(f"| {name} | finetuning, 10 epochs | - | {r['finetune']['seconds']:.0f} s | - |")
     return "\n".join(lines)
@@ -160,8 +199,9 @@ def all_runs_table() -> str:
     lines = [
         "# Every logged run",
         "",
-        "Generated by `python bench/tables.py` from bench/results/time_to_accuracy.jsonl, gpu.jsonl and",
-        "runs.jsonl. Precision: bf16 autocast where the processor has native bf16 matmuls (or a GPU), else fp32.",
+        "Generated by `python bench/tables.py` from bench/results/time_to_accuracy.jsonl, gpu.jsonl,",
+        "ensembles.jsonl, recite.jsonl and runs.jsonl. Precision: bf16 autocast where the processor has native",
+        "bf16 matmuls (or a GPU), else fp32.",
         "",
         "| run | variant | CPU or GPU | precision | seed | recipe | epochs | dev | minutes |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -181,6 +221,25 @@ def all_runs_table() -> str:
         recipe = f"handout, {r.get('order', 'file')} order, decay {r.get('decay', 'all_but_biases')}"
         lines.append(
             f"| {r['name']} | {r['variant']} | {r['gpu']} | bf16 | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
+            f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
+        )
+    for r in read_jsonl("ensembles.jsonl"):  # bench/ensemble.py: minutes are every member's training + evaluation
+        precision = "bf16" if "bf16)" in r["machine"] else "fp32"
+        lines.append(
+            f"| {r['label']} | {', '.join(r['variants'])} | {r['machine']} | {precision} | - | cpu | - "
+            f"| {r['dev_accuracy'] * 100:.1f}% | {r['minutes']:.1f} |"
+        )
+    for r in read_jsonl("recite.jsonl"):
+        if r.get("protocol") != "recite":  # earlier lines: a research script on AdamW models (RESEARCH.md)
+            continue
+        minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
+        reader = r["reader_config"]
+        recipe = (
+            f"recite, reader {reader['max_epochs']} epochs at {reader['learning_rate']:g}, {r['recite_chars']} chars"
+        )
+        precision = "bf16" if "bf16)" in r["machine"] else "fp32"
+        lines.append(
+            f"| {r['name']} | {r['variant']} | {r['machine']} | {precision} | {r['seed']} | {recipe} | {r['pretrain_epochs']:g} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
         )
     for r in read_jsonl("runs.jsonl"):

@@ -40,7 +40,15 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attention import IMPLS, MultiHeadAttention
-from utils import UserError, pick_device, torch_save_atomic, write_json_atomic, write_text_atomic
+from utils import (
+    UserError,
+    check_output_file,
+    pick_device,
+    refuse_same_file,
+    torch_save_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 # ---------------------------------------------------------------------------
 # The language
@@ -434,6 +442,26 @@ def evaluate(model: AddSubTransformer, src: torch.Tensor, tgt: torch.Tensor, bat
     return {"exact_match": exact / n, "token_accuracy": correct / (n * (tgt.size(1) - 1)), "n": n}
 
 
+def check_settings(cfg: AddSubConfig, tcfg: TrainConfig) -> None:
+    """One-line UserErrors for settings no training can use, before any work is done."""
+    counts = [(tcfg, "epochs"), (tcfg, "batch_size"), (cfg, "num_heads"), (cfg, "emb_dim"), (cfg, "dim_feedforward")]
+    counts += [(cfg, "num_encoder_layers"), (cfg, "num_decoder_layers")]
+    for obj, name in counts:
+        if getattr(obj, name) < 1:
+            raise UserError(f"--{name} must be at least 1, got {getattr(obj, name)}")
+    if not (tcfg.lr > 0 and math.isfinite(tcfg.lr)):
+        raise UserError(f"--lr must be a positive number, got {tcfg.lr}")
+    for name in ("weight_decay", "grad_clip", "warmup_steps"):
+        value = getattr(tcfg, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise UserError(f"--{name} must be 0 or a positive number, got {value}")
+    for obj, name in ((cfg, "dropout"), (tcfg, "label_smoothing")):
+        if not 0 <= getattr(obj, name) < 1:
+            raise UserError(f"--{name} must be at least 0 and below 1, got {getattr(obj, name)}")
+    if cfg.emb_dim % cfg.num_heads:
+        raise UserError(f"--emb_dim {cfg.emb_dim} must be divisible by --num_heads {cfg.num_heads}")
+
+
 def lr_lambda(tcfg: TrainConfig, total_steps: int) -> Callable[[int], float]:
     """step -> multiplier of the peak lr: linear warmup, then constant or cosine decay to 0."""
 
@@ -631,8 +659,13 @@ def run(args: argparse.Namespace) -> None:
 
     elif args.command == "train":
         cfg, tcfg = _pick(AddSubConfig, args), _pick(TrainConfig, args)
-        if cfg.emb_dim % cfg.num_heads:
-            raise UserError(f"--emb_dim {cfg.emb_dim} must be divisible by --num_heads {cfg.num_heads}")
+        check_settings(cfg, tcfg)
+        check_output_file(args.outputs_path, "--outputs_path")
+        check_output_file(f"{args.outputs_path}.json", "--outputs_path's sidecar")
+        splits = {f"--data_dir's {s}.txt": Path(args.data_dir) / f"{s}.txt" for s in ("train", "val")}
+        refuse_same_file(
+            {"--outputs_path": args.outputs_path, "--outputs_path's sidecar": f"{args.outputs_path}.json"}, splits
+        )
         device = pick_device(args.device)
         data = {s: tuple(t.to(device) for t in load_split(args.data_dir, s)) for s in ("train", "val")}
         torch.manual_seed(tcfg.seed)

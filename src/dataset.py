@@ -260,11 +260,16 @@ class NameDataset(Dataset):
     question so the loss covers MASK, the place and the closing MASK.
     """
 
-    def __init__(self, pretraining_dataset: CharCorruptionDataset, path: str | Path):
+    def __init__(self, pretraining_dataset: CharCorruptionDataset, source: str | Path | list[Question]):
+        """source: a question<TAB>place file, or the questions themselves (the recite protocol's reader
+        trains on recitations in place of questions)."""
         self.vocab = pretraining_dataset.vocab
         self.block_size = pretraining_dataset.block_size
         self.example_length = self.block_size - 1
-        questions = [q for q in read_questions(path, require_place=True) if q is not None]
+        if isinstance(source, list):
+            path, questions = "finetuning examples", source
+        else:
+            path, questions = source, [q for q in read_questions(source, require_place=True) if q is not None]
         self.data = questions
         rows = []
         for q in questions:

@@ -17,9 +17,12 @@ recipe; --preset cpu is this repository's recipe for a small CPU (README).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -30,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
+import recite
 from confidence import (
     beam_search,
     evaluation_summary,
@@ -45,7 +49,9 @@ from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     UserError,
+    check_output_file,
     init_distributed,
+    refuse_same_file,
     seed_everything,
     torch_load_safe,
     torch_save_atomic,
@@ -70,6 +76,8 @@ def find_data_file(name: str | None, what: str) -> Path | None:
     if path.exists():
         if path.is_dir():
             raise UserError(f"{name}: {what} is a folder, expected a file")
+        if not path.is_file():  # a FIFO without a writer would block the read forever
+            raise UserError(f"{name}: {what} is not a regular file (a FIFO, device or socket); give a file")
         return path
     candidate = REPO_ROOT / "data" / path.name
     if path.parent == Path(".") and candidate.is_file():
@@ -80,14 +88,31 @@ def find_data_file(name: str | None, what: str) -> Path | None:
 
 
 def check_output_path(path: str | None, flag: str) -> None:
-    """Fail before any work, not after hours of training, if an output cannot be written there."""
-    if path is None:
-        return
-    if Path(path).is_dir():
-        raise UserError(f"{flag} {path}: is a folder; give a file name")
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise UserError(f"{flag} {path}: folder {parent} does not exist")
+    """Fail before any work, not after hours of training, if an output cannot be written there
+    (a folder, a device or FIFO, a missing or unwritable folder: see utils.check_output_file)."""
+    check_output_file(path, flag)
+
+
+def refuse_overwriting_inputs(args: argparse.Namespace) -> None:
+    """No output of a command may be one of its inputs (where find_data_file reads them) or another output."""
+
+    def located(name: str | None) -> Path | None:
+        if name is None:
+            return None
+        path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
+        return candidate if not path.exists() and path.parent == Path(".") and candidate.is_file() else path
+
+    inputs = {
+        "the pretraining corpus": located(args.pretrain_corpus_path),
+        "--reading_params_path": args.reading_params_path,
+        "--finetune_corpus_path": located(args.finetune_corpus_path),
+        "--eval_corpus_path": located(args.eval_corpus_path),
+        **{f"--ensemble_params {p}": p for p in args.ensemble_params or []},
+    }
+    outputs = {
+        flag: getattr(args, flag.lstrip("-")) for flag in ("--writing_params_path", "--outputs_path", "--scores_path")
+    }
+    refuse_same_file(outputs, inputs)
 
 
 def sidecar_path(params_path: str | Path) -> Path:
@@ -126,9 +151,15 @@ def read_sidecar(path: str | Path) -> dict | None:
     if not side.is_file():
         return None
     try:
-        return json.loads(side.read_text(encoding="utf-8"))
+        description = json.loads(side.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{side}: unreadable sidecar ({e})") from None
+    if not isinstance(description, dict):
+        kind = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}.get(
+            type(description), "a number"
+        )
+        raise UserError(f"{side}: not a params sidecar (JSON {kind}, expected an object); delete or fix it")
+    return description
 
 
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
@@ -177,7 +208,7 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
 #   the biases. Measured on a GPU, this is what reaches the course's published figures.
 # cpu: this repository's recipe for a small CPU: Muon for the blocks' matrices at batch 32
 #   and lr 1e-3, no dropout, documents at varied start positions, pretraining epochs planned
-#   after the first one to fill --budget_minutes (at most max_epochs) with the cosine ending
+#   after every epoch to fill --budget_minutes (at most max_epochs) with the cosine ending
 #   there, and a gentle finetune (5 epochs at 1e-4, no dropout) that keeps what was stored.
 _HANDOUT_LOOP = {"schedule": "handout", "order": "file", "decay": "all_but_biases"}
 _FROM_SCRATCH = {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1}
@@ -317,29 +348,40 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
     if args.writing_params_path is None:
         raise UserError(f"{args.function} needs --writing_params_path")
     check_output_path(args.writing_params_path, "--writing_params_path")
+    if args.reading_params_path is not None:
+        load_params(model, corpus.vocab, args.reading_params_path)  # checked even when resuming
+    extra = {}
     if args.function == "pretrain":
         dataset = corpus
     else:
         if args.finetune_corpus_path is None:
             raise UserError("finetune needs --finetune_corpus_path")
-        dataset = NameDataset(corpus, find_data_file(args.finetune_corpus_path, "finetune corpus"))
+        path = find_data_file(args.finetune_corpus_path, "finetune corpus")
+        if args.recite:
+            dataset = reader_dataset(args, corpus, model, path, device)
+            extra = recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
+        else:
+            dataset = NameDataset(corpus, path)
     cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length)
     ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
-    if args.reading_params_path is not None:
-        load_params(model, corpus.vocab, args.reading_params_path)  # checked even when resuming
     if ckpt is None and ckpt_path.exists():
         print(
             f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
         )
     writer.add_text("config", json.dumps({"args": vars(args), "trainer": asdict(cfg)}, indent=1))
     plan = f"{cfg.max_epochs} epoch{'s' if cfg.max_epochs != 1 else ''}" + (
-        f" at most, planned to {args.budget_minutes:g} minutes after the first" if cfg.budget_fit else ""
+        f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if cfg.budget_fit else ""
     )
     print(
         f"{args.function} {args.variant}: {len(dataset)} examples, {plan}, batch {cfg.batch_size}, "
         f"lr {cfg.learning_rate:g}, {cfg.optimizer}, impl {cfg.impl}, device {device}"
     )
+    if device.type == "cpu" and args.preset == "handout":
+        print(
+            "note: the handout's recipe is made for a GPU and takes hours on a CPU (the first steps say how "
+            "many); --preset cpu is the recipe for a CPU, planned to --budget_minutes (README)"
+        )
     trainer = Trainer(
         model, dataset, cfg, device, log=writer.add_scalar,
         extra={"args": vars(args), "vocab": "".join(corpus.vocab.itos)},
@@ -374,14 +416,35 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
                 "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, n_batches), 3),
                 "train_seconds": trainer.seconds,
                 "final_loss": losses[-1] if losses else None,
+                **extra,
             },
         )
-    if cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds:
+    budget_spent = cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds
+    if budget_spent:
         print(
             f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, in epoch "
             f"{trainer.epoch + 1} of {cfg.max_epochs}; the learning-rate schedule was cut off there"
         )
+    if trainer.rank == 0 and (budget_spent or trainer.epoch >= cfg.max_epochs):
+        ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume (a --max_steps stop keeps it)
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
+
+
+def reader_dataset(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, path: Path, device):
+    """finetune --recite: the training questions with the pretrained model's recitations in place of
+    their text (`model` holds the pretrained params now; it becomes the reader)."""
+    questions = [q for q in read_questions(path, require_place=True) if q is not None]
+    if args.recite_chars is None:
+        args.recite_chars = recite.default_recite_chars(model)
+    recite.check_recite_chars(args.recite_chars, model, [q.place for q in questions])
+    t0 = time.time()
+    recitations = recite.recite(model, corpus.vocab, questions, args.recite_chars, device, str(path))
+    share = recite.place_in_recitation(questions, recitations)
+    print(
+        f"recited {len(questions)} training people in {time.time() - t0:.1f} s ({args.recite_chars} characters "
+        f"each); the place is in {share:.1%} of the recitations"
+    )
+    return NameDataset(corpus, recite.reader_questions(questions, recitations))
 
 
 def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> GPT:
@@ -392,6 +455,9 @@ def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> 
     if side is None or side.get("variant") not in VARIANTS:
         raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
     sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd") if k in side}
+    for key, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise UserError(f"--ensemble_params {path}: its sidecar gives {key} {value!r}; a model needs at least 1")
     bottleneck = {"bottleneck_dim": side["bottleneck_dim"]} if side.get("bottleneck_dim") else {}
     return build_model(argparse.Namespace(**{**vars(args), **sizes, **bottleneck}), len(vocab), side["variant"])
 
@@ -421,8 +487,17 @@ def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT
     for params, member in members:
         load_params(member, vocab, params)
     questions = [q for q in entries if q is not None]
-    texts = [q.text for q in questions]
     t0 = time.time()
+    texts = [q.text for q in questions]
+    reader = reader_link(args.reading_params_path)
+    if reader is not None:
+        if args.ensemble_params:
+            raise UserError("--ensemble_params combines direct answers; a recite reader cannot join an ensemble")
+        texts = recitations(args, vocab, questions, reader, device, str(path))
+        share = recite.place_in_recitation(questions, texts)
+        if not math.isnan(share):
+            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling)")
+            writer.add_scalar("eval/place_in_recitation", share, 0)
     answers = []
     for params, member in members:
         member.to(device)
@@ -450,6 +525,32 @@ def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT
         print(f"Predictions written to {args.outputs_path}; no targets provided")
 
 
+def reader_link(params_path: str) -> tuple[Path, int] | None:
+    """(the pretrained params, the recitation length) when `params_path` is a recite reader, else None."""
+    side = read_sidecar(params_path) or {}
+    if side.get("protocol") != "recite":
+        return None
+    return recite.linked_pretrained(params_path, side), int(side["recite_chars"])
+
+
+def recitations(
+    args: argparse.Namespace,
+    vocab: Vocabulary,
+    questions: list[Question],
+    reader: tuple[Path, int],
+    device,
+    source: str,
+) -> list[str]:
+    """The recollections of the questions' people by the pretrained params a reader recites with."""
+    pretrained, chars = reader
+    reciter = build_model(args, len(vocab))
+    load_params(reciter, vocab, str(pretrained))
+    t0 = time.time()
+    texts = recite.recite(reciter, vocab, questions, chars, device, source)
+    print(f"recited {len(questions)} people with {pretrained} in {time.time() - t0:.1f} s ({chars} characters each)")
+    return texts
+
+
 def report_accuracy(label: str, questions: list[Question], predictions: list[str]) -> bool:
     """Print the handout's accuracy line; False when the questions carry no places."""
     total, correct = score_places(questions, predictions)
@@ -471,9 +572,16 @@ def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, dev
         raise UserError(f"question is {len(question)} characters; at most {BLOCK_SIZE - 2} fit")
     load_params(model, vocab, args.reading_params_path)
     model.to(device)
-    answer = predict(model, vocab, [question], args.impl, device)[0]
-    (score,) = score_answers(model, vocab, [question], [answer], device, MAX_ANSWER_CHARS)
-    print(format_ask(question, score, beam_search(model, vocab, question, device, 3, MAX_ANSWER_CHARS)))
+    reader = reader_link(args.reading_params_path)
+    prompt = question
+    if reader is not None:
+        with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
+            (prompt,) = recitations(args, vocab, [Question(question, None, 1)], reader, device, "question")
+    answer = predict(model, vocab, [prompt], args.impl, device)[0]
+    (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
+    if reader is not None:
+        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")
+    print(format_ask(question, score, beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS)))
 
 
 # ---------------------------------------------------------------------------
@@ -529,6 +637,13 @@ def make_parser() -> Parser:
     g.add_argument("--n_layer", type=int, default=4, help="transformer blocks (perceiver: down + n_layer-2 + up)")
     g.add_argument("--n_head", type=int, default=8, help="attention heads")
     g.add_argument("--n_embd", type=int, default=256, help="embedding width")
+    g.add_argument(
+        "--recite", action="store_true",
+        help="finetune a recite reader: the --reading_params_path model recites each training person and the "
+        "reader learns to read the place from that (evaluate and ask then recite first: see README)",
+    )  # fmt: skip
+    g.add_argument("--recite_chars", type=int, default=None,
+                   help="with --recite: characters of recollection (100; the perceiver: bottleneck_dim - 16)")  # fmt: skip
 
     g = p.add_argument_group("recipe")
     g.add_argument("--preset", type=preset_name, default="handout",
@@ -542,7 +657,7 @@ def make_parser() -> Parser:
     g.add_argument(
         "--budget_minutes", type=float, default=None,
         help="pretrain: stop after this many minutes of training; with --preset cpu the epochs are planned "
-        "after the first one to fill it, the cosine ending with them (cpu: 60)",
+        "after every epoch to fill it at the pace measured, the cosine ending with them (cpu: 60)",
     )  # fmt: skip
     g.add_argument("--max_steps", type=int, default=None, help="stop after this many optimizer steps")
     g.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt")
@@ -579,16 +694,26 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--dropout must be at least 0 and below 1, got {args.dropout}")
     if args.ckpt_every < 0:
         raise UserError(f"--ckpt_every must be 0 or more, got {args.ckpt_every}")
+    if not 0 <= args.seed < 2**32:  # numpy's seeds are 32-bit
+        raise UserError(f"--seed must be between 0 and {2**32 - 1}, got {args.seed}")
+    name = args.tb_expt_name
+    if not name or name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name):
+        raise UserError(f"--tb_expt_name must be a plain name (no folders, not '.' or '..'), got {name!r}")
     if args.doc_offset and args.function != "pretrain":
         raise UserError("--doc_offset is for pretrain only")
     if args.budget_minutes is not None and args.function != "pretrain":
         raise UserError("--budget_minutes is for pretrain only")
+    if args.recite and (args.function != "finetune" or args.reading_params_path is None):
+        raise UserError("--recite is for finetune, and recites with the pretrained --reading_params_path")
+    if args.recite_chars is not None and not args.recite:
+        raise UserError("--recite_chars is for finetune --recite")
     if args.ensemble_params and args.function != "evaluate":
         raise UserError("--ensemble_params is for evaluate only")
 
 
 def run(args: argparse.Namespace) -> None:
     check_args(args)
+    refuse_overwriting_inputs(args)
     apply_preset(args)
     seed_everything(args.seed)
     device, rank = init_distributed(args.device)
@@ -603,22 +728,36 @@ def run(args: argparse.Namespace) -> None:
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run
     if args.question is not None:
         raise UserError(f"unexpected argument {args.question!r}: a question is only for ask")
-    # The handout's run naming, so logs line up with theirs.
-    run_name = (
-        f"{args.tb_expt_name}_{args.variant}_{args.bottleneck_dim}"
-        f"_pt_lr_{args.pretrain_lr:f}_ft_lr_{args.finetune_lr:f}"
-    )
-    log_dir = Path("expt") / args.function / run_name
+    log_dir = tensorboard_folder(args)
     writer = SummaryWriter(log_dir=str(log_dir)) if rank == 0 else NullWriter()
+    if rank == 0:
+        print(f"TensorBoard logs: {log_dir} (tensorboard --logdir expt)")
     try:
         if args.function == "evaluate":
             evaluate(args, corpus, model, device, writer)
         else:
             train(args, corpus, model, device, writer)
+    except TrainingInterrupted:
+        raise  # resumable: its logs stay
+    except BaseException:
+        writer.close()
+        shutil.rmtree(log_dir, ignore_errors=True)  # a failed command leaves no logs behind
+        raise
     finally:
         writer.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def tensorboard_folder(args: argparse.Namespace) -> Path:
+    """expt/<function>/<name>_<variant>_seed<seed>_<start time>: one folder per run, never shared."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("expt") / args.function / f"{args.tb_expt_name}_{args.variant}_seed{args.seed}_{stamp}"
+    folder, n = base, 1
+    while folder.exists():  # two runs started in the same second
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
 
 
 class NullWriter:

@@ -40,10 +40,11 @@ class TrainerConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
     # Wall-clock budget: training stops once it has run this long (summed over resumes).
     budget_seconds: float | None = None
-    # With a budget: plan the run to fit it instead of cutting it off. After the first whole epoch,
-    # max_epochs becomes the epochs that BUDGET_FIT_SHARE of the budget holds at that epoch's pace,
-    # at most the max_epochs asked for, and final_tokens those epochs' tokens: a cosine that spans
-    # the run (run.py plans only such a schedule) ends annealed inside the budget.
+    # With a budget: plan the run to fit it instead of cutting it off. After every whole epoch,
+    # max_epochs becomes the epochs that BUDGET_FIT_SHARE of the budget holds at the pace of the
+    # latest epochs (PACE_EPOCHS), at most the max_epochs asked for, and final_tokens those epochs'
+    # tokens: a cosine that spans the run (run.py plans only such a schedule) ends annealed inside
+    # the budget, even when other work slows the machine down or stops doing so.
     budget_fit: bool = False
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
@@ -60,9 +61,13 @@ class TrainerConfig:
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
 
 
-# budget_fit plans the epochs into this share of the budget: a first epoch can run a few percent
-# faster than a whole run's mean, and what still runs past the budget is cut off.
+# budget_fit plans the epochs into this share of the budget: an epoch can run a few percent
+# faster than the next ones, and what still runs past the budget is cut off.
 BUDGET_FIT_SHARE = 0.92
+EARLY_STEPS = 5  # steps timed for the first estimate of a run's cost (Trainer.early_estimate)
+# ... at the pace of the median of this many latest whole epochs: one slow epoch (a checkpoint, a
+# burst of other work) does not shrink the plan, a lasting change of pace moves it within two.
+PACE_EPOCHS = 3
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -125,6 +130,8 @@ class Trainer:
         self.clock = time.monotonic  # tests replace it
         self.stop_requested = False  # set by a signal handler; checked after every step
         self.fitted = False  # budget_fit: whether max_epochs and final_tokens were planned to the budget yet
+        self.asked_epochs = config.max_epochs  # budget_fit plans at most this many
+        self.first_step_seconds: float | None = None  # training time after step 1 (early_estimate)
         self.epoch_seconds: list[float] = []  # training time of each epoch run whole
         self.rank, self.world_size = 0, 1
         self.forward_model = self.model
@@ -174,6 +181,7 @@ class Trainer:
             },
             "config": asdict(self.config),
             "fitted": self.fitted,
+            "asked_epochs": self.asked_epochs,
             "epoch_seconds": self.epoch_seconds,
             "extra": self.extra,
         }
@@ -195,7 +203,8 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = ckpt["step"], ckpt["epoch"], ckpt["batch_in_epoch"]
         self.tokens, self.losses = ckpt["tokens"], list(ckpt["losses"])
         self.seconds = ckpt.get("seconds", 0.0)  # absent from checkpoints written before budgets existed
-        if self.config.budget_fit and ckpt.get("fitted"):  # keep the plan made on the first run's pace
+        if self.config.budget_fit and ckpt.get("fitted"):  # the plan as it stood, re-planned from the next epoch
+            self.asked_epochs = ckpt.get("asked_epochs", self.config.max_epochs)
             self.config.max_epochs = ckpt["config"]["max_epochs"]
             self.config.final_tokens = ckpt["config"]["final_tokens"]
             self.fitted = True
@@ -263,6 +272,7 @@ class Trainer:
                     self.log("train/lr", lr, self.step)
                     self.log("train/tokens_seen", self.tokens, self.step)
                     bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{lr:.2e}")
+                    self.early_estimate(n_batches)
                 if self.stop_requested:
                     self.save_checkpoint()
                     raise TrainingInterrupted(cfg.ckpt_path)
@@ -279,8 +289,8 @@ class Trainer:
             plan = None
             if ran_whole:
                 self.epoch_seconds.append(self.seconds - seconds_at_start)  # the same on every rank: shared seconds
-            if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None and not self.fitted:
-                plan = self.fit_to_budget(self.epoch_seconds[-1])
+            if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None:
+                plan = self.fit_to_budget(float(np.median(self.epoch_seconds[-PACE_EPOCHS:])))
             if not quiet and self.losses:
                 self.log("train/epoch_seconds", seconds, self.epoch)
                 tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
@@ -293,20 +303,42 @@ class Trainer:
         self.save_checkpoint()
         return self.losses
 
-    def fit_to_budget(self, epoch_seconds: float) -> str:
+    def fit_to_budget(self, epoch_seconds: float) -> str | None:
         """Plan max_epochs and the cosine's final_tokens to the budget at `epoch_seconds` per epoch,
-        never more epochs than asked for (see TrainerConfig.budget_fit); returns the line that says so."""
+        never more epochs than first asked for (see TrainerConfig.budget_fit); returns the line that
+        says so, or None when the plan stays as it was."""
         cfg = self.config
-        asked = cfg.max_epochs
+        asked = self.asked_epochs
         held = self.epoch + max(0, math.floor((cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds) / epoch_seconds))
-        cfg.max_epochs = max(self.epoch, min(asked, held))
+        planned = max(self.epoch, min(asked, held))
+        if self.fitted and planned == cfg.max_epochs:
+            return None
+        was = cfg.max_epochs if self.fitted else None
+        cfg.max_epochs = planned
         cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs  # every epoch counts the same tokens
         self.fitted = True
         budget = f"{BUDGET_FIT_SHARE:.0%} of the {cfg.budget_seconds / 60:g}-minute budget holds {held} epochs"
         plan = f"training {cfg.max_epochs}" + (" (the most asked for)" if held >= asked else f" of {asked}")
-        return (
+        line = (
             f"at {epoch_seconds:.1f} s per epoch {budget}: {plan}, with the cosine ending at their end "
             f"(about {(cfg.max_epochs - self.epoch) * epoch_seconds / 60:.0f} min left)"
+        )
+        return line if was is None else f"the pace changed: {line} (planned {was} before)"
+
+    def early_estimate(self, n_batches: int) -> None:
+        """After the first EARLY_STEPS steps of a fresh run, say what the whole run will cost at their pace,
+        long before a long first epoch ends (the first step, which warms up, is not counted)."""
+        if self.step == 1:
+            self.first_step_seconds = self.seconds
+        if self.step != 1 + EARLY_STEPS or n_batches <= 1 + EARLY_STEPS or self.first_step_seconds is None:
+            return
+        step_seconds = (self.seconds - self.first_step_seconds) / EARLY_STEPS
+        total = step_seconds * n_batches * self.config.max_epochs
+        whole = f"{total / 3600:.1f} hours" if total >= 3600 else f"{total / 60:.0f} min"
+        tqdm.write(
+            f"the first steps take {step_seconds:.2f} s each: about {step_seconds * n_batches:.0f} s per epoch, "
+            f"{whole} for {self.config.max_epochs} epoch{'s' if self.config.max_epochs != 1 else ''}"
+            + (" (before the time budget's plan)" if self.config.budget_fit else "")
         )
 
     def projection(self, epoch_seconds: float) -> str:

@@ -9,7 +9,8 @@ import os
 import pickle
 import platform
 import random
-import tempfile
+import secrets
+import stat
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,38 +113,134 @@ def seed_everything(seed: int) -> None:
 # Files: never half written
 
 
+def _file_kind(mode: int) -> str:
+    """What a stat mode that is not a regular file names, for error messages."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def write_target(path: str | Path) -> Path:
+    """The file a write to `path` replaces: `path`, or through a symlink the file it points to.
+
+    A UserError when that exists and is not a regular file (a folder, a device such
+    as /dev/null, a FIFO): renaming onto it would replace it with a plain file.
+    """
+    path = Path(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        if target.is_symlink():  # realpath stops at a link it cannot follow: a loop
+            raise UserError(f"{path}: a symlink that cannot be followed; give a file name") from None
+        return target
+    except OSError as e:
+        raise UserError(f"{path}: cannot be inspected ({e.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{path}: is {_file_kind(mode)}, not a regular file; give a file name")
+    return target
+
+
+def check_output_file(path: str | Path | None, flag: str) -> None:
+    """Fail before any work, not after hours of training, if an output cannot be written at `path`.
+
+    A one-line UserError naming `flag` for a folder, anything else that is not a
+    regular file (or a symlink to one), a missing folder or one without write permission.
+    """
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give a file name")
+    try:
+        target = write_target(path)
+    except UserError as e:
+        raise UserError(f"{flag} {e}") from None
+    parent = target.resolve().parent
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: folder {parent} is not writable (permission denied)")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is renamed onto `path`.
 
     A crash or error before the rename leaves any previous file at `path` intact.
+    A symlink at `path` stays: the file it points to is replaced. Only a regular
+    file is ever replaced (see write_target). A new file gets the mode the umask
+    gives, a replaced one keeps its mode.
     """
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
+    target = write_target(path)
+    parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise UserError(f"{path}: folder {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
+    while True:
+        tmp = parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:  # 0o666: the kernel applies the umask, as for any new file (mkstemp would make it 0600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+        except PermissionError:
+            raise UserError(f"{path}: cannot write in folder {parent} (permission denied)") from None
     os.close(fd)
     try:
-        yield Path(tmp)
-        os.replace(tmp, path)
+        if old_mode is not None:
+            os.chmod(tmp, old_mode)
+        yield tmp
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` as UTF-8 to `path` atomically (see atomic_path)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 def write_json_atomic(path: str | Path, obj: object) -> None:
+    """Write `obj` as indented JSON to `path` atomically (see atomic_path)."""
     write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
 
 
 def torch_save_atomic(obj: object, path: str | Path) -> None:
+    """torch.save `obj` to `path` atomically (see atomic_path)."""
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
+
+
+def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
+    """A one-line UserError when an output is the same file as an input or as another output.
+
+    Keys are flag names (e.g. "--outputs_path"), values paths or None (not given).
+    Paths are compared resolved (symlinks, "./x", "../d/x"), and with os.path.samefile
+    where both exist (hard links).
+    """
+    given_outputs = [(flag, Path(p)) for flag, p in outputs.items() if p is not None]
+    given_inputs = [(flag, Path(p)) for flag, p in inputs.items() if p is not None]
+    for i, (flag, out) in enumerate(given_outputs):
+        for other_flag, other in given_outputs[:i] + given_inputs:
+            if _same_file(out, other):
+                raise UserError(f"{flag} {out} is the same file as {other_flag}; choose another name")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def torch_load_safe(path: str | Path) -> object:

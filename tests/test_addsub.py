@@ -2,6 +2,7 @@
 masking, greedy decoding, the params files and the command line."""
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -394,3 +395,51 @@ def test_script_rejects_a_three_digit_number_with_exit_code_2():
     )
     assert r.returncode == 2
     assert one_line_error(r.stderr) and r.stdout == ""
+
+
+def train_argv(out: Path, *extra: str) -> list[str]:
+    """A tiny one-epoch training on the committed split, writing `out`."""
+    argv = ["train", "--outputs_path", str(out), "--data_dir", str(REPO / "data" / "addsub")]
+    return argv + TINY_FLAGS + ["--epochs", "1", "--no_progress", "--logdir", str(out.parent / "logs"), *extra]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--epochs", "0"), ("--batch_size", "0"), ("--lr", "-1"), ("--lr", "nan"), ("--lr", "0")]
+)
+def test_train_settings_no_training_can_use_are_one_line_errors_that_write_nothing(tmp_path, flag, value, capsys):
+    out = tmp_path / "a.params"
+    assert main(train_argv(out, flag, value)) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and flag in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_into_a_folder_is_refused_before_training(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    assert main(train_argv(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "is a folder" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "out"]
+
+
+def test_train_into_a_folder_without_write_permission_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)  # refused for a user; root passes it, so os.access answers as for a user
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked.resolve() and real_access(p, mode, **kw))
+    assert main(train_argv(locked / "a.params")) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "is not writable" in err
+    assert list(tmp_path.iterdir()) == [locked] and list(locked.iterdir()) == []
+
+
+def test_train_refuses_an_output_that_is_one_of_its_split_files(tmp_path, capsys):
+    data = tmp_path / "data"
+    assert main(["data", "--data_dir", str(data)]) == 0
+    before = (data / "train.txt").read_text()
+    argv = ["train", "--outputs_path", str(data / "train.txt"), "--data_dir", str(data), "--epochs", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "is the same file as --data_dir's train.txt" in err
+    assert (data / "train.txt").read_text() == before

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -261,6 +263,59 @@ def test_missing_output_folder_is_refused_before_training(tiny_corpus, capsys):
     assert not Path("expt/pretrain").exists() or not any(Path("expt/pretrain").rglob("*.params"))
 
 
+def test_a_corpus_that_is_a_fifo_is_refused_instead_of_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "wiki.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        RUN + ["pretrain", "vanilla", str(fifo), "--writing_params_path", "pt.params"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {fifo}: pretraining corpus is not a regular file (a FIFO, device or socket); give a file"
+    ]
+
+
+def test_an_output_that_is_a_device_is_refused_before_training(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "/dev/null") == 2
+    one_line_error(capsys, "--writing_params_path /dev/null: is a device, not a regular file")
+    assert not Path("/dev/null.ckpt").exists()
+
+
+def test_an_output_folder_without_write_permission_is_refused_before_training(tiny_corpus, monkeypatch, capsys):
+    locked = Path("locked")
+    locked.mkdir()
+    locked.chmod(0o555)  # refused for a user; root passes it, so os.access answers as for a user
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: False if Path(p) == locked.resolve() else real_access(p, mode, **kw)
+    )
+    assert pretrain("vanilla", tiny_corpus, "locked/pt.params") == 2
+    one_line_error(capsys, "--writing_params_path locked/pt.params", "is not writable")
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["5", "[1, 2]", '"vanilla"'])
+def test_a_sidecar_that_is_not_a_json_object_is_a_one_line_error(tiny_corpus, tiny_dev_tsv, text, capsys):
+    Path("x.params").write_bytes(b"params")
+    Path("x.params.json").write_text(text)
+    assert evaluate("vanilla", tiny_corpus, "x.params", tiny_dev_tsv, "x.p") == 2
+    one_line_error(capsys, "x.params.json: not a params sidecar", "expected an object")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_outside_0_to_2_to_the_32_is_a_one_line_error(tiny_corpus, seed, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--seed", seed) == 2
+    one_line_error(capsys, f"--seed must be between 0 and {2**32 - 1}, got {seed}")
+
+
+@pytest.mark.parametrize("name", ["../../../x", "a/b", ".", "..", ""])
+def test_a_tensorboard_name_that_is_not_a_plain_name_is_a_one_line_error(tiny_corpus, name, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--tb_expt_name", name) == 2
+    one_line_error(capsys, "--tb_expt_name must be a plain name")
+    assert not Path("pt.params").exists()
+
+
 @pytest.mark.parametrize("argv", [["pretrian", "vanilla", "wiki.txt"], ["pretrain", "vanila", "wiki.txt"]])
 def test_unknown_mode_or_variant_is_one_line_and_exit_2(argv):
     proc = subprocess.run(RUN + argv, capture_output=True, text=True)
@@ -289,6 +344,89 @@ def test_london_baseline_scores_five_percent_on_the_real_dev_set(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Correct: 25.0 out of 500.0: 5.0%" in proc.stdout
     assert out.read_text().splitlines() == ["London"] * 500
+
+
+def test_evaluate_refuses_predictions_onto_its_eval_corpus_and_leaves_it_intact(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    before = tiny_dev_tsv.read_text()
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, tiny_dev_tsv) == 2
+    one_line_error(capsys, "--outputs_path", "is the same file as --eval_corpus_path")
+    assert tiny_dev_tsv.read_text() == before
+
+
+def test_evaluate_refuses_predictions_onto_the_params_it_reads(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    size = Path("ft.params").stat().st_size
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "./ft.params") == 2
+    one_line_error(capsys, "is the same file as --reading_params_path")
+    assert Path("ft.params").stat().st_size == size
+
+
+def test_evaluate_refuses_scores_onto_its_predictions(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "p.tsv", "--scores_path", "p.tsv") == 2
+    one_line_error(capsys, "--scores_path p.tsv is the same file as --outputs_path")
+
+
+def test_finetune_refuses_to_write_over_the_pretrained_params_it_reads(tiny_corpus, tiny_train_tsv, capsys):
+    assert pretrain("vanilla", tiny_corpus) == 0
+    before = Path("pt.params").read_bytes()
+    capsys.readouterr()
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, out="pt.params", reading="pt.params") == 2
+    one_line_error(capsys, "--writing_params_path pt.params is the same file as --reading_params_path")
+    assert Path("pt.params").read_bytes() == before
+
+
+def test_pretrain_refuses_to_write_params_over_its_corpus(tiny_corpus, capsys):
+    before = tiny_corpus.read_text()
+    assert pretrain("vanilla", tiny_corpus, str(tiny_corpus)) == 2
+    one_line_error(capsys, "is the same file as the pretraining corpus")
+    assert tiny_corpus.read_text() == before
+
+
+def london(*argv: str) -> int:
+    import london_baseline
+
+    return london_baseline.main([str(a) for a in argv])
+
+
+@pytest.mark.parametrize("spelling", ["same", "symlink", "other_path"])
+def test_london_baseline_refuses_an_output_that_is_its_input_before_writing(tiny_dev_tsv, spelling, capsys):
+    before = tiny_dev_tsv.read_text()
+    out = {
+        "same": tiny_dev_tsv,
+        "symlink": Path("link.tsv"),
+        "other_path": Path(f"../{tiny_dev_tsv.parent.name}/dev.tsv"),
+    }
+    if spelling == "symlink":
+        out["symlink"].symlink_to(tiny_dev_tsv)
+    assert london("--eval_corpus_path", tiny_dev_tsv, "--outputs_path", out[spelling]) == 2
+    one_line_error(capsys, "is the same file as --eval_corpus_path")
+    assert tiny_dev_tsv.read_text() == before
+
+
+def test_london_baseline_refuses_a_folder_as_output(tiny_dev_tsv, capsys):
+    Path("preds").mkdir()
+    assert london("--eval_corpus_path", tiny_dev_tsv, "--outputs_path", "preds") == 2
+    one_line_error(capsys, "--outputs_path preds: is a folder")
+
+
+def test_london_baseline_with_a_missing_corpus_is_a_one_line_error(capsys):
+    assert london("--eval_corpus_path", "no/such.tsv") == 2
+    one_line_error(capsys, "no/such.tsv: eval corpus not found")
+
+
+def test_london_baseline_without_its_corpus_flag_is_a_one_line_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        london("--outputs_path", "x.predictions")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--eval_corpus_path" in err
 
 
 # ---------------------------------------------------------------------------
@@ -366,9 +504,9 @@ def test_a_retired_preset_is_refused_in_one_line_naming_its_replacement(capsys):
     assert "\n" not in err and "--preset cpu_fp32 was retired: use --preset cpu" in err
 
 
-def test_help_shows_at_most_30_options_in_groups():
+def test_help_shows_at_most_31_options_in_groups():
     text = run.make_parser().format_help()
-    assert sum(line.startswith("  -") for line in text.splitlines()) <= 30
+    assert sum(line.startswith("  -") for line in text.splitlines()) <= 31
     for group in ("the handout's:", "outputs:", "training:", "recipe:", "budget and checkpoints:", "speed:"):
         assert group in text
 
@@ -446,6 +584,16 @@ def test_ensemble_params_without_a_sidecar_are_a_one_line_error(tiny_corpus, tin
     one_line_error(capsys, "b.params: needs its sidecar")
 
 
+def test_an_ensemble_member_whose_sidecar_gives_no_heads_is_a_one_line_error(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("vanilla", tiny_corpus, "a.params")
+    pretrain("vanilla", tiny_corpus, "b.params")
+    side = json.loads(Path("b.params.json").read_text(encoding="utf-8"))
+    Path("b.params.json").write_text(json.dumps({**side, "n_head": 0}), encoding="utf-8")
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "a.params", tiny_dev_tsv, "x.p", "--ensemble_params", "b.params") == 2
+    one_line_error(capsys, "b.params: its sidecar gives n_head 0")
+
+
 def test_params_sidecar_records_dropout_and_doc_offset(tiny_corpus):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--dropout", "0.05", "--doc_offset", "3") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
@@ -476,3 +624,44 @@ def test_the_ensemble_benchmark_logs_accuracy_and_the_members_whole_cost(tiny_co
     gold = [row.split("\t")[1] for row in tiny_train_tsv.read_text(encoding="utf-8").splitlines()]
     predictions = Path("e.p").read_text(encoding="utf-8").splitlines()
     assert line["dev_accuracy"] == sum(p == g for p, g in zip(predictions, gold, strict=True)) / len(gold)
+
+
+# ---------------------------------------------------------------------------
+# Logs, checkpoints and time
+
+
+def test_each_run_logs_to_its_own_tensorboard_folder_named_by_variant_seed_and_time(
+    tiny_corpus, tiny_train_tsv, capsys
+):
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "a.params") == 0
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "b.params", None, 3, "--seed", "7") == 0
+    folders = sorted(p.name for p in Path("expt/finetune").iterdir())
+    assert len(folders) == 2
+    assert re.fullmatch(r"run_vanilla_seed0_\d{8}-\d{6}(-\d+)?", folders[0]), folders
+    assert re.fullmatch(r"run_vanilla_seed7_\d{8}-\d{6}(-\d+)?", folders[1]), folders
+    assert f"TensorBoard logs: {Path('expt/finetune') / folders[0]}" in capsys.readouterr().out
+
+
+def test_a_failed_command_leaves_no_tensorboard_folder(tiny_corpus, tiny_dev_tsv, capsys):
+    assert evaluate("vanilla", tiny_corpus, "missing.params", tiny_dev_tsv, "dev.p") == 2
+    assert not Path("expt/evaluate").exists() or not any(Path("expt/evaluate").iterdir())
+
+
+def test_a_finished_training_removes_its_checkpoint(tiny_corpus, tiny_train_tsv):
+    args = ["finetune", "vanilla", tiny_corpus, "--writing_params_path", "ft.params"]
+    assert cli(*args, "--finetune_corpus_path", tiny_train_tsv, "--max_epochs", 1, *TINY_MODEL) == 0
+    assert Path("ft.params").is_file() and not Path("ft.params.ckpt").exists()
+
+
+def test_a_run_stopped_by_max_steps_keeps_its_checkpoint_to_continue(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2) == 0
+    assert Path("pt.params.ckpt").is_file()
+
+
+def test_the_handouts_recipe_on_a_cpu_says_early_what_it_costs_and_names_the_cpu_preset(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 7, "--batch_size", 1) == 0  # 8 steps an epoch
+    out = capsys.readouterr().out
+    assert "note: the handout's recipe is made for a GPU" in out and "--preset cpu" in out
+    assert re.search(
+        r"the first steps take [\d.]+ s each: about \d+ s per epoch, [\d.]+ (hours|min) for 650 epochs", out
+    )

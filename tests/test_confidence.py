@@ -314,7 +314,7 @@ def test_report_tables_every_run_and_says_not_run_for_missing_ones(tiny_corpus, 
     rows = {line.split(" | ")[0].strip("| "): line for line in out.read_text().splitlines() if line.startswith("| ")}
     assert "| 25.0% | - | - | - |" in rows["London baseline"]
     assert (
-        "| 75.0% | 100.0% | 0.938 |" in rows["vanilla, pretrain + finetune"]
+        "| direct | 75.0% | - | 100.0% | 0.938 |" in rows["vanilla, pretrain + finetune"]
         and "| 120 | 7 |" in rows["vanilla, pretrain + finetune"]
     )
     assert "not run" in rows["vanilla, no pretraining"] and "not run" in rows["perceiver, pretrain + finetune"]
@@ -338,6 +338,30 @@ def test_report_records_each_finished_run_with_its_machine_recipe_and_minutes(
         ("rope", "cpu", 3, 1.0),
     ]
     assert lines[1]["minutes"] == round(126 / 60, 1) and lines[1]["machine"] == report.this_machine()
+
+
+def test_report_shows_and_records_recite_rows_with_their_ceiling_and_extra_minutes(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    runs = tmp_path / "outputs"
+    runs.mkdir()
+    places = [p for _, p in PEOPLE[:4]]
+    (runs / "vanilla.pretrain.dev.predictions").write_text("London\n" * 4, encoding="utf-8")
+    (runs / "vanilla.recite.dev.predictions").write_text("".join(f"{p}\n" for p in places[:3]) + "x\n")
+    (runs / "vanilla_recite_dev.log").write_text("the gold place is in 75.0% of the recitations (the reader's ceiling)")
+    (runs / "times.txt").write_text(
+        "vanilla_pretrain 100\nvanilla_finetune 20\nvanilla_pretrain_dev 6\nvanilla_reader 50\nvanilla_recite_dev 10\n"
+    )
+    monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
+    out = tmp_path / "r.md"
+    argv = ["--runs", str(runs), "--gold", str(tiny_dev_tsv), "--corpus", str(tiny_corpus), "--out", str(out)]
+    assert report.main([*argv, "--record"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.read_text().splitlines() if line.startswith("| ")}
+    assert "| recite | 75.0% | 75.0% |" in rows["vanilla, recite then answer"]
+    direct, recited = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert (direct["run"], direct["protocol"], direct["dev_accuracy"]) == ("vanilla", "direct", 0.25)
+    assert (recited["run"], recited["protocol"], recited["dev_accuracy"]) == ("vanilla", "recite", 0.75)
+    assert recited["place_in_recitation"] == 0.75 and recited["extra_minutes"] == 1.0
 
 
 def test_report_records_the_pretraining_epochs_from_the_params_sidecar(

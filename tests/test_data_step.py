@@ -46,15 +46,41 @@ def test_data_step_places_verified_files(fake_source, tmp_path):
 def test_data_step_refuses_an_altered_file(fake_source, tmp_path, capsys):
     (fake_source / "cs224n-a5" / "wiki.txt").write_text("tampered\n")
     dest = tmp_path / "data"
-    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 1
+    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 2
     assert "wiki.txt: SHA-256 does not match" in capsys.readouterr().err
     assert not (dest / "wiki.txt").exists()
 
 
-def test_data_step_names_a_missing_file(fake_source, tmp_path, capsys):
+def test_missing_course_files_are_one_line_saying_where_they_come_from(fake_source, tmp_path, capsys):
     (fake_source / "cs224n-a5" / "birth_dev.tsv").unlink()
-    assert get_data.main(["--source", str(fake_source), "--dest", str(tmp_path / "d")]) == 1
-    assert "birth_dev.tsv: missing" in capsys.readouterr().err
+    (fake_source / "cs224n-a5" / "wiki.txt").unlink()
+    assert get_data.main(["--source", str(fake_source), "--dest", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(
+        f"error: course files missing from {fake_source}: wiki.txt, birth_dev.tsv"
+    )
+    assert "CS224N assignment 5 public handout materials" in err and "BIRTHPLACE_DATA_DIR" in err
+
+
+def test_data_step_accepts_the_course_files_directly_in_the_source_folder(fake_source, tmp_path):
+    for f in (fake_source / "cs224n-a5").iterdir():
+        f.rename(fake_source / f.name)
+    (fake_source / "cs224n-a5").rmdir()
+    dest = tmp_path / "data"
+    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 0
+    assert (dest / "wiki.txt").read_text() == "A. a\n" and (dest / "birth_dev.tsv").is_file()
+
+
+def test_data_step_without_tiny_shakespeare_says_so_in_one_line_and_succeeds(fake_source, tmp_path, capsys):
+    shutil.rmtree(fake_source / "tinyshakespeare")
+    dest = tmp_path / "data"
+    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == [
+        f"note: tinyshakespeare/input.txt not in {fake_source}: only the Shakespeare demo (mingpt-demo/) needs it"
+    ]
+    assert (dest / "wiki.txt").is_file()
+    assert get_data.main(["--check", "--dest", str(dest)]) == 0
 
 
 def test_check_notices_a_file_altered_after_placing(fake_source, tmp_path, capsys):
@@ -62,7 +88,7 @@ def test_check_notices_a_file_altered_after_placing(fake_source, tmp_path, capsy
     get_data.main(["--source", str(fake_source), "--dest", str(dest)])
     shutil.copyfile(dest / "wiki.txt", dest / "wiki.bak")
     (dest / "wiki.txt").write_text("edited\n")
-    assert get_data.main(["--check", "--dest", str(dest)]) == 1
+    assert get_data.main(["--check", "--dest", str(dest)]) == 2
     assert "altered" in capsys.readouterr().err
 
 

@@ -26,7 +26,7 @@ def test_a_new_logged_run_changes_the_results_table(monkeypatch, tmp_path):
     row = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 3,
            "dev_accuracy": 0.5, "minutes": 30.0, "command": "bash run.sh"}  # fmt: skip
     logged(monkeypatch, tmp_path, runs=row)
-    assert "| rope | cpu | a test machine | 3 | 50.0 | **50.0** | 30 |" in tables.results_table()
+    assert "| rope | direct | cpu | a test machine | 3 | 50.0 | **50.0** | - | 30 |" in tables.results_table()
 
 
 def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_seed(monkeypatch, tmp_path):
@@ -38,14 +38,40 @@ def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_see
                 "finetune_config": {"learning_rate": 1e-4, "max_epochs": 5}, "dev_accuracy": 0.35,
                 "total_seconds": 2400.0}  # fmt: skip
     logged(monkeypatch, tmp_path, runs=pipeline, time_to_accuracy=research)
-    assert "| rope | cpu, 87/97 epochs | a test machine | 0, 1 | 25.0, 35.0 | **30.0** | 35 |" in tables.results_table()
+    assert "| rope | direct | cpu, 87/97 epochs | a test machine | 0, 1 | 25.0, 35.0 | **30.0** | - | 35 |" in (
+        tables.results_table()
+    )
 
 
-def test_a_logged_ensemble_is_a_row_beside_the_single_models_with_its_whole_cost(monkeypatch, tmp_path):
+def test_a_logged_ensemble_is_listed_with_every_run_with_its_whole_cost(monkeypatch, tmp_path):
     line = {"label": "ensemble of rope seeds 0, 1", "variants": ["rope"], "members": 2, "machine": "a test machine",
             "date": "2026-01-01", "dev_accuracy": 0.358, "minutes": 65.3}  # fmt: skip
     logged(monkeypatch, tmp_path, ensembles=line)
-    assert "| ensemble of rope seeds 0, 1 | cpu | a test machine | - | 35.8 | **35.8** | 65 |" in tables.results_table()
+    assert "| ensemble of rope seeds 0, 1 | rope | a test machine | fp32 | - | cpu | - | 35.8% | 65.3 |" in (
+        tables.all_runs_table()
+    )
+
+
+RECITED = {"name": "vanilla_seed0", "variant": "vanilla", "seed": 0, "protocol": "recite", "machine": "a test machine",
+           "preset": "cpu", "finetune_flags": [], "pretrain_preset": "cpu", "pretrain_seconds": 1500.0,
+           "pretrain_epochs": 45.0, "reader_seconds": 120.0, "recite_dev_seconds": 60.0, "recite_chars": 100,
+           "reader_config": {"learning_rate": 1e-4, "max_epochs": 5, "dropout": 0.0, "batch_size": 256},
+           "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0}  # fmt: skip
+
+
+def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_minutes(monkeypatch, tmp_path):
+    direct = {"run": "vanilla", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
+              "dev_accuracy": 0.25, "minutes": 30.0, "command": "bash run.sh", "protocol": "direct"}  # fmt: skip
+    logged(monkeypatch, tmp_path, runs=direct, recite=RECITED)
+    table = tables.results_table()
+    recited = "| vanilla | recite | cpu, 45 epochs | a test machine | 0 | 60.0 | **60.0** | 75.0% | 28 (+3.0 recite) |"
+    assert recited in table
+    assert table.index("| vanilla | direct |") < table.index(recited)
+
+
+def test_a_recite_run_with_another_reader_than_the_presets_stays_out_of_the_results_table(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, recite={**RECITED, "finetune_flags": ["--finetune_lr", "6e-4"]})
+    assert "| recite |" not in tables.results_table()
 
 
 def test_the_readme_stays_a_short_users_guide():

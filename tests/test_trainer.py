@@ -198,12 +198,35 @@ def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_
         budget_seconds=450, budget_fit=True, max_epochs=10, max_steps=7, ckpt_path=ckpt
     )  # stops in epoch 2
     first.train()
-    second = budget_trainer(
-        budget_seconds=450, budget_fit=True, max_epochs=10, seconds_per_step=5
-    )  # a faster machine now
+    second = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)
     second.resume(torch_load_safe(ckpt))
     second.train()
     assert second.config.max_epochs == 8 and second.losses == uninterrupted
+
+
+def paced_clock(seconds_per_step: list[float]):
+    """A clock that advances seconds_per_step[i] at its i-th reading after the first (the last one repeats)."""
+    readings = itertools.accumulate(itertools.chain([0.0], seconds_per_step, itertools.repeat(seconds_per_step[-1])))
+    return readings.__next__
+
+
+def test_budget_fit_replans_when_other_work_slows_the_machine_and_still_ends_annealed_in_time(capsys):
+    trainer = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)  # 5 steps per epoch
+    trainer.clock = paced_clock([10.0] * 5 + [20.0] * 15 + [10.0] * 5)  # epochs 2-4 run at half speed
+    lrs = recorded_lrs(trainer)
+    trainer.train()
+    assert trainer.epoch == trainer.config.max_epochs == 4  # planned 8 after epoch 1, fewer once slowed
+    assert trainer.seconds <= 450 * 0.92 and lrs[-1] == pytest.approx(1e-3)
+    assert "the pace changed:" in capsys.readouterr().out
+
+
+def test_budget_fit_plans_more_epochs_again_once_the_machine_is_free(capsys):
+    trainer = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)
+    trainer.clock = paced_clock([20.0] * 5 + [10.0] * 5)  # a slow first epoch, then full speed
+    lrs = recorded_lrs(trainer)
+    trainer.train()
+    assert trainer.epoch == trainer.config.max_epochs == 7  # 3 planned after epoch 1 at 100 s per epoch
+    assert trainer.seconds <= 450 * 0.92 and lrs[-1] == pytest.approx(1e-3)
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():

@@ -1,0 +1,154 @@
+"""Specification of file writes: atomic, regular files only, through symlinks, with the umask's mode,
+and never onto a command's own input."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from utils import UserError, atomic_path, refuse_same_file, torch_save_atomic, write_text_atomic
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_a_write_through_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
+    target = tmp_path / "real.predictions"
+    target.write_text("old\n")
+    link = tmp_path / "link.predictions"
+    link.symlink_to(target)
+    write_text_atomic(link, "new\n")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new\n"
+
+
+def test_a_write_through_a_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / "link.params"
+    link.symlink_to(tmp_path / "made.params")
+    torch_save_atomic({"w": torch.ones(2)}, link)
+    assert link.is_symlink() and torch.equal(torch.load(link, weights_only=True)["w"], torch.ones(2))
+
+
+def test_a_device_is_refused_not_replaced():
+    with pytest.raises(UserError, match="/dev/null: is a device, not a regular file"):
+        write_text_atomic("/dev/null", "x\n")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_symlink_to_a_device_is_refused(tmp_path):
+    link = tmp_path / "out.txt"
+    link.symlink_to("/dev/null")
+    with pytest.raises(UserError, match="is a device"):
+        write_text_atomic(link, "x\n")
+    assert link.is_symlink()
+
+
+def test_a_fifo_is_refused_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="is a FIFO"):
+        write_text_atomic(fifo, "x\n")
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_folder_is_refused_not_replaced(tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(UserError, match="is a folder"):
+        write_text_atomic(folder, "x\n")
+    assert folder.is_dir()
+
+
+def test_a_refused_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError) as info:
+        write_text_atomic(fifo, "x\n")
+    assert "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == [fifo]
+
+
+def test_a_new_file_gets_the_mode_the_umask_gives(tmp_path, umask_022):
+    write_text_atomic(tmp_path / "new.txt", "x\n")
+    torch_save_atomic({}, tmp_path / "new.params")
+    assert mode(tmp_path / "new.txt") == mode(tmp_path / "new.params") == 0o644
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path, umask_022):
+    path = tmp_path / "shared.predictions"
+    path.write_text("old\n")
+    path.chmod(0o640)
+    write_text_atomic(path, "new\n")
+    assert mode(path) == 0o640 and path.read_text() == "new\n"
+
+
+def test_a_folder_without_write_permission_is_a_one_line_error(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes in any folder")
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match="permission denied"), atomic_path(folder / "x.txt"):
+            pass
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text("Q?\tA\n")
+    with pytest.raises(UserError) as info:
+        refuse_same_file({"--outputs_path": str(tsv)}, {"--eval_corpus_path": str(tsv)})
+    assert str(info.value) == f"--outputs_path {tsv} is the same file as --eval_corpus_path; choose another name"
+
+
+def test_an_output_that_is_an_input_under_another_spelling_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    tsv = tmp_path / "d" / "dev.tsv"
+    tsv.write_text("Q?\tA\n")
+    monkeypatch.chdir(tmp_path / "d")
+    with pytest.raises(UserError, match="same file as --eval_corpus_path"):
+        refuse_same_file({"--outputs_path": "../d/./dev.tsv"}, {"--eval_corpus_path": "dev.tsv"})
+
+
+def test_an_output_that_is_a_symlink_to_an_input_is_refused(tmp_path):
+    params = tmp_path / "pt.params"
+    params.write_bytes(b"params")
+    link = tmp_path / "link.params"
+    link.symlink_to(params)
+    with pytest.raises(UserError, match="same file as --reading_params_path"):
+        refuse_same_file({"--writing_params_path": str(link)}, {"--reading_params_path": str(params)})
+
+
+def test_an_output_that_is_a_hard_link_to_an_input_is_refused(tmp_path):
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text("Q?\tA\n")
+    os.link(tsv, tmp_path / "other.tsv")
+    with pytest.raises(UserError, match="same file as --eval_corpus_path"):
+        refuse_same_file({"--outputs_path": str(tmp_path / "other.tsv")}, {"--eval_corpus_path": str(tsv)})
+
+
+def test_two_outputs_naming_one_file_are_refused_even_before_it_exists(tmp_path):
+    out = tmp_path / "x.predictions"
+    with pytest.raises(UserError, match="--scores_path .* is the same file as --outputs_path"):
+        refuse_same_file({"--outputs_path": str(out), "--scores_path": str(out)}, {})
+
+
+def test_distinct_files_and_unset_flags_pass(tmp_path):
+    refuse_same_file(
+        {"--outputs_path": str(tmp_path / "a.p"), "--scores_path": None},
+        {"--eval_corpus_path": str(tmp_path / "dev.tsv"), "--reading_params_path": None},
+    )

@@ -1,0 +1,119 @@
+"""Specification of the shell scripts: run.sh checks its settings and stops at the first failed step;
+setup.sh leaves the caller's shell as it was and reinstalls only when the requirements change."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, real_data
+
+
+def run_sh(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OUT_DIR": str(tmp_path / "out"), **settings}
+    return subprocess.run(["bash", str(REPO_ROOT / "run.sh")], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_run_sh_refuses_a_bad_setting_in_one_line_before_any_step(tmp_path):
+    proc = run_sh(tmp_path, VARIANTS="bogus")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "run.sh: VARIANTS: unknown variant 'bogus'; choose from: vanilla perceiver rope"
+    ]
+    assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("SEED", "x"), ("SEED", str(2**32)), ("TOTAL_MINUTES", "abc"), ("TOTAL_MINUTES", "0"), ("PRESET", "gpu")]
+    + [("PRETRAIN_EPOCHS", "0"), ("FINETUNE_EPOCHS", "1.5"), ("NOPRETRAIN_EPOCHS", "-1"), ("RECORD", "yes")],
+)
+def test_run_sh_names_each_bad_setting_before_any_step(tmp_path, setting, value):
+    proc = run_sh(tmp_path, **{setting: value})
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"run.sh: {setting} ") and f"'{value}'" in line
+    assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_run_sh_stops_at_the_first_failed_step_naming_it_and_its_log_and_writes_no_report(tmp_path):
+    real_data("birth_dev.tsv")  # the London step before the failing one reads it
+    proc = run_sh(tmp_path, EXTRA_FLAGS="--no_such_flag", PRESET="cpu")
+    out = tmp_path / "out"
+    assert proc.returncode != 0
+    log = out / "vanilla_nopretrain_finetune.log"
+    assert f"run.sh: step vanilla_nopretrain_finetune failed (exit code 2); see {log}" in proc.stderr
+    assert "--no_such_flag" in log.read_text()
+    assert "== vanilla_nopretrain_dev" not in proc.stdout and "run.sh: done" not in proc.stdout
+    assert (out / "times.txt").read_text().split()[0::2] == ["london"]
+    assert not (out / "report.md").exists() and not list(out.glob("*.params"))
+
+
+# ---------------------------------------------------------------------------
+# setup.sh, in a copy of the checkout whose .venv/bin/python only logs how it was called
+
+
+def fake_checkout(root: Path, python_status: int = 0) -> Path:
+    """setup.sh and the requirements in `root`, with a stand-in python that logs its arguments."""
+    root.mkdir(parents=True)
+    for name in ("setup.sh", "requirements.txt", "requirements-dev.txt"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    python = root / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$@" >>"$(dirname "$0")/calls.log"\nexit {python_status}\n')
+    python.chmod(0o755)
+    return root
+
+
+def calls(root: Path) -> str:
+    log = root / ".venv" / "bin" / "calls.log"
+    return log.read_text() if log.exists() else ""
+
+
+def bash(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+SHELL_STATE = 'echo "state: $- $(shopt -qo pipefail && echo pipefail-on || echo pipefail-off)"'
+
+
+@pytest.mark.parametrize("options", ["set +euo pipefail", "set -euo pipefail", "set -u"])
+def test_sourcing_setup_leaves_the_callers_shell_options_as_they_were(tmp_path, options):
+    root = fake_checkout(tmp_path / "checkout")
+    proc = bash(f'{options}; {SHELL_STATE}; source "{root}/setup.sh"; {SHELL_STATE}; echo "$PATH"')
+    assert proc.returncode == 0, proc.stderr
+    before, after = [line for line in proc.stdout.splitlines() if line.startswith("state: ")]
+    path = proc.stdout.splitlines()[-1]
+    assert after == before
+    assert path.startswith(f"{root}/.venv/bin:")
+
+
+def test_a_failed_setup_returns_1_without_closing_the_callers_shell(tmp_path):
+    root = fake_checkout(tmp_path / "checkout", python_status=1)
+    proc = bash(f'source "{root}/setup.sh"; echo "still here: $?"')
+    assert proc.stdout.splitlines()[-1] == "still here: 1"
+
+
+def test_a_moved_checkout_does_not_reinstall(tmp_path):
+    root = fake_checkout(tmp_path / "a")
+    assert bash(f'source "{root}/setup.sh"').returncode == 0
+    assert "-m pip install -q -r" in calls(root)
+    moved = tmp_path / "elsewhere" / "b"
+    moved.parent.mkdir()
+    root.rename(moved)
+    (moved / ".venv" / "bin" / "calls.log").unlink()
+    assert bash(f'source "{moved}/setup.sh"').returncode == 0
+    assert "pip" not in calls(moved) and "get_data.py" in calls(moved)
+
+
+def test_changed_requirements_reinstall(tmp_path):
+    root = fake_checkout(tmp_path / "a")
+    assert bash(f'source "{root}/setup.sh" dev').returncode == 0
+    (root / ".venv" / "bin" / "calls.log").unlink()
+    with open(root / "requirements.txt", "a") as f:
+        f.write("einops\n")
+    assert bash(f'source "{root}/setup.sh" dev').returncode == 0
+    assert "-m pip install -q -r" in calls(root)
