@@ -106,38 +106,37 @@ BUDGET_FLAGS=""
 if [ "$PRESET" = cpu ]; then
   # What a variant needs besides pretraining, from the steps just measured: a finetune of a pretrained
   # model (5 of the 75 epochs just run), the recite reader's (the same epochs on examples about three
-  # times as long, and reciting 2,000 people), four evaluations (two of them reciting 500 people first),
-  # and a minute of margin.
+  # times as long), reciting the 2,000 training people (about four evaluations), four evaluations, the two
+  # of the recite protocol about three times as long, and a minute of margin.
   nopre=$(seconds_of vanilla_nopretrain_finetune) dev=$(seconds_of vanilla_nopretrain_dev)
   budget=$(python -c "import sys; total, used, nopre, dev, n = map(float, sys.argv[1:])
-print(f'{max(1.0, (total * 60 - used - n * (4 * nopre * 5 / 75 + 8 * dev + 60)) / n / 60):.1f}')" \
+print(f'{max(1.0, (total * 60 - used - n * (4 * nopre * 5 / 75 + 12 * dev + 60)) / n / 60):.1f}')" \
     "$TOTAL_MINUTES" "$((SECONDS - START))" "$nopre" "$dev" "${#VARIANT_LIST[@]}")
   BUDGET_FLAGS="--budget_minutes $budget"
   echo; echo "run.sh: $((SECONDS - START)) s so far; each pretraining gets $budget minutes"
 fi
+
+# answer_with STEP PARAMS PREDICTIONS [FLAGS]: finetune $variant's pretrained params (step ${variant}_STEP) into
+# $variant.PARAMS.params, then answer dev (with scores) and test into $variant.PREDICTIONS.{dev,test}.predictions
+answer_with() {
+  local step=$1 params="$OUT_DIR/$variant.$2.params" out="$OUT_DIR/$variant.$3" name=${variant}_$3; shift 3
+  timed ${variant}_$step $RUN finetune $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.pretrain.params" \
+    --writing_params_path "$params" --finetune_corpus_path birth_places_train.tsv "$@" $FT_FLAGS $flags $COMMON
+  timed ${name}_dev $RUN evaluate $variant wiki.txt --reading_params_path "$params" --eval_corpus_path birth_dev.tsv \
+    --outputs_path "$out.dev.predictions" --scores_path "$out.dev.scores.tsv" $flags $COMMON
+  timed ${name}_test $RUN evaluate $variant wiki.txt --reading_params_path "$params" \
+    --eval_corpus_path birth_test_inputs.tsv --outputs_path "$out.test.predictions" $flags $COMMON
+}
 
 for variant in "${VARIANT_LIST[@]}"; do
   flags=""
   [ "$variant" = perceiver ] && flags="--bottleneck_dim 64"
   timed ${variant}_pretrain $RUN pretrain $variant wiki.txt --writing_params_path "$OUT_DIR/$variant.pretrain.params" \
     $PRE_FLAGS $BUDGET_FLAGS $flags $COMMON
-  timed ${variant}_finetune $RUN finetune $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.pretrain.params" \
-    --writing_params_path "$OUT_DIR/$variant.finetune.params" --finetune_corpus_path birth_places_train.tsv \
-    $FT_FLAGS $flags $COMMON
-  timed ${variant}_pretrain_dev $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.finetune.params" \
-    --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/$variant.pretrain.dev.predictions" \
-    --scores_path "$OUT_DIR/$variant.pretrain.dev.scores.tsv" $flags $COMMON
-  timed ${variant}_pretrain_test $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.finetune.params" \
-    --eval_corpus_path birth_test_inputs.tsv --outputs_path "$OUT_DIR/$variant.pretrain.test.predictions" $flags $COMMON
-  # The recite protocol: the pretrained model recites each person, a reader finetuned from it answers.
-  timed ${variant}_reader $RUN finetune $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.pretrain.params" \
-    --writing_params_path "$OUT_DIR/$variant.reader.params" --finetune_corpus_path birth_places_train.tsv --recite \
-    $FT_FLAGS $flags $COMMON
-  timed ${variant}_recite_dev $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.reader.params" \
-    --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/$variant.recite.dev.predictions" \
-    --scores_path "$OUT_DIR/$variant.recite.dev.scores.tsv" $flags $COMMON
-  timed ${variant}_recite_test $RUN evaluate $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.reader.params" \
-    --eval_corpus_path birth_test_inputs.tsv --outputs_path "$OUT_DIR/$variant.recite.test.predictions" $flags $COMMON
+  # The direct protocol (the handout's), then the recite protocol: a reader finetuned from the same
+  # pretrained params answers from what they recite about each person (src/recite.py).
+  answer_with finetune finetune pretrain
+  answer_with reader reader recite --recite
 done
 
 if [ "${#VARIANT_LIST[@]}" -gt 1 ]; then  # each question answered by the variant most confident of its answer

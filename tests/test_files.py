@@ -55,20 +55,16 @@ def test_a_symlink_to_a_device_is_refused(tmp_path):
     assert link.is_symlink()
 
 
-def test_a_fifo_is_refused_not_replaced(tmp_path):
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    with pytest.raises(UserError, match="is a FIFO"):
-        write_text_atomic(fifo, "x\n")
-    assert stat.S_ISFIFO(fifo.stat().st_mode)
-
-
-def test_a_folder_is_refused_not_replaced(tmp_path):
-    folder = tmp_path / "out"
-    folder.mkdir()
-    with pytest.raises(UserError, match="is a folder"):
-        write_text_atomic(folder, "x\n")
-    assert folder.is_dir()
+@pytest.mark.parametrize(("make", "kind", "still"), [
+    (os.mkfifo, "is a FIFO", lambda p: stat.S_ISFIFO(p.stat().st_mode)),
+    (os.mkdir, "is a folder", lambda p: p.is_dir()),
+])  # fmt: skip
+def test_a_fifo_or_a_folder_is_refused_not_replaced(tmp_path, make, kind, still):
+    target = tmp_path / "out"
+    make(target)
+    with pytest.raises(UserError, match=kind):
+        write_text_atomic(target, "x\n")
+    assert still(target)
 
 
 def test_a_refused_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
