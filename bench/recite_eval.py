@@ -77,8 +77,8 @@ def main() -> None:
     p.add_argument("name", help="a bench/runs/NAME folder of bench/time_to_accuracy.py")
     p.add_argument("--tag", default="cpu", help="names this reader's files in the run folder")
     p.add_argument("--preset", default="cpu", help="run.py --preset of the reader's finetune")
-    p.add_argument("finetune_flags", nargs="*", help="after --: more run.py finetune flags")
-    args = p.parse_args()
+    args, extra = p.parse_known_args()
+    args.finetune_flags = extra[1:] if extra[:1] == ["--"] else extra  # after --: more run.py finetune flags
     work = ROOT / "bench" / "runs" / args.name
     pretrained = work / "pretrain.params"
     side = read_sidecar(pretrained)
