@@ -97,6 +97,7 @@ def main() -> None:
         for split, tsv in (("dev", "birth_dev.tsv"), ("test", "birth_test_inputs.tsv"))
     }  # fmt: skip
     record = {"name": args.name, "variant": variant, "seed": seed, "protocol": "recite", "machine": cpu_name()}
+    record["threads"] = torch.get_num_threads()
     record |= {"preset": args.preset, "finetune_flags": args.finetune_flags, "pretrain_preset": side.get("preset")}
     record["started"] = time.strftime("%Y-%m-%d %H:%M")
     record["command"] = shlex.join(["python", "bench/recite_eval.py", *sys.argv[1:]])

@@ -245,6 +245,7 @@ def main() -> None:
         **({"bottleneck_dim": args.bottleneck_dim} if args.variant == "perceiver" else {}),
         "machine": f"{platform.machine()}, {platform.node()}",
         "cpu": cpu_name(),
+        "threads": torch.get_num_threads(),
         **({"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}),
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }

@@ -54,7 +54,7 @@ def test_a_logged_ensemble_is_listed_with_every_run_with_its_whole_cost(monkeypa
 
 RECITED = {"name": "vanilla_seed0", "variant": "vanilla", "seed": 0, "protocol": "recite", "machine": "a test machine",
            "preset": "cpu", "finetune_flags": [], "pretrain_preset": "cpu", "pretrain_seconds": 1500.0,
-           "pretrain_epochs": 45.0, "reader_seconds": 120.0, "recite_dev_seconds": 60.0, "recite_chars": 100,
+           "pretrain_epochs": 95.0, "reader_seconds": 120.0, "recite_dev_seconds": 60.0, "recite_chars": 100,
            "reader_config": {"learning_rate": 1e-4, "max_epochs": 5, "dropout": 0.0, "batch_size": 256},
            "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0}  # fmt: skip
 
@@ -64,9 +64,14 @@ def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_
               "dev_accuracy": 0.25, "minutes": 30.0, "command": "bash run.sh", "protocol": "direct"}  # fmt: skip
     logged(monkeypatch, tmp_path, runs=direct, recite=RECITED)
     table = tables.results_table()
-    recited = "| vanilla | recite | cpu, 45 epochs | a test machine | 0 | 60.0 | **60.0** | 75.0% | 28 (+3.0 recite) |"
+    recited = "| vanilla | recite | cpu, 95 epochs | a test machine | 0 | 60.0 | **60.0** | 75.0% | 28 (+3.0 recite) |"
     assert recited in table
     assert table.index("| vanilla | direct |") < table.index(recited)
+
+
+def test_a_recite_run_on_a_short_pretraining_stays_out_of_the_results_table(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, recite={**RECITED, "pretrain_epochs": 38.0})
+    assert "| recite |" not in tables.results_table()
 
 
 def test_a_recite_run_with_another_reader_than_the_presets_stays_out_of_the_results_table(monkeypatch, tmp_path):
