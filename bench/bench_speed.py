@@ -53,7 +53,7 @@ VARIANTS = ("vanilla", "perceiver", "rope")
 
 def model_for(variant: str, vocab_size: int, impl: str) -> GPT:
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=vocab_size, perceiver=variant == "perceiver", bottleneck_dim=64, rope=variant == "rope")
+    cfg = GPTConfig(vocab_size=vocab_size, variant=variant, bottleneck_dim=64)
     model = GPT(cfg)
     model.set_impl(impl)
     return model

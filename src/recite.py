@@ -42,7 +42,7 @@ ANSWER_ROOM = 16  # characters kept free for MASK, the place and its closing MAS
 def default_recite_chars(model: GPT) -> int:
     """RECITE_CHARS, or what the perceiver's bottleneck leaves: its outputs read only the first m inputs,
     so recitation and answer must both end within them."""
-    if model.config.perceiver:
+    if model.config.variant == "perceiver":
         return max(1, model.config.bottleneck_dim - ANSWER_ROOM)
     return RECITE_CHARS
 
@@ -55,7 +55,7 @@ def check_recite_chars(chars: int, model: GPT, places: list[str]) -> None:
     # The block holds the whole example; the perceiver's last prediction (the closing MASK, made at
     # the place's last character) must still read every input before it through the bottleneck.
     most, what = config.block_size - 2 - longest, f"the block of {config.block_size}"
-    if config.perceiver:
+    if config.variant == "perceiver":
         most = min(most, config.bottleneck_dim - 1 - longest)
         what = f"the perceiver's bottleneck, which reads only the first {config.bottleneck_dim} characters,"
     if not 1 <= chars <= most:

@@ -45,7 +45,7 @@ from confidence import (
 )
 from dataset import CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions, read_text, score_places
 from decode import MAX_ANSWER_CHARS, predict
-from model import GPT, GPTConfig
+from model import GPT, VARIANTS, GPTConfig
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     UserError,
@@ -61,7 +61,6 @@ from utils import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BLOCK_SIZE = 128
-VARIANTS = ("vanilla", "perceiver", "rope")
 
 
 # ---------------------------------------------------------------------------
@@ -119,16 +118,11 @@ def sidecar_path(params_path: str | Path) -> Path:
     return Path(f"{params_path}.json")
 
 
-def variant_name(config: GPTConfig) -> str:
-    """Which of VARIANTS a model config builds."""
-    return "perceiver" if config.perceiver else "rope" if config.rope else "vanilla"
-
-
 def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
     """What a params file must agree on to be loaded: stored beside it as JSON."""
     return {
-        "variant": variant_name(config),
-        "bottleneck_dim": config.bottleneck_dim if config.perceiver else None,
+        "variant": config.variant,
+        "bottleneck_dim": config.bottleneck_dim if config.variant == "perceiver" else None,
         "block_size": config.block_size,
         "n_layer": config.n_layer,
         "n_head": config.n_head,
@@ -307,20 +301,19 @@ def build_model(args: argparse.Namespace, vocab_size: int, variant: str | None =
         n_layer=args.n_layer,
         n_head=args.n_head,
         n_embd=args.n_embd,
-        perceiver=variant == "perceiver",
+        variant=variant,
         bottleneck_dim=args.bottleneck_dim,
-        rope=variant == "rope",
         embd_pdrop=args.dropout,
         resid_pdrop=args.dropout,
         attn_pdrop=args.dropout,
     )
     if config.n_embd % config.n_head:
         raise UserError(f"--n_embd {config.n_embd} must be divisible by --n_head {config.n_head}")
-    if config.rope and (config.n_embd // config.n_head) % 2:
+    if config.variant == "rope" and (config.n_embd // config.n_head) % 2:
         raise UserError(f"rope needs an even head size; --n_embd {config.n_embd} / --n_head {config.n_head} is odd")
-    if config.perceiver and config.n_layer < 2:
+    if config.variant == "perceiver" and config.n_layer < 2:
         raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
-    if config.perceiver and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
+    if config.variant == "perceiver" and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
         raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {config.bottleneck_dim}")
     model = GPT(config)
     model.set_impl(args.impl)
