@@ -81,13 +81,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--decay", choices=["matmul", "all_but_biases"], default=None)
     p.add_argument("--mix_questions", default=None, metavar="TSV")
     args = p.parse_args(argv[:at])
-    for preset in run.PRESETS.values():
-        for key in ("order", "decay"):
-            if getattr(args, key) is not None:
-                preset["pretrain"][key] = getattr(args, key)
+    command = argv[at + 1 :]
+    if command[:1] == ["pretrain"]:  # the variants change pretraining only
+        command += [f"--{key}={getattr(args, key)}" for key in ("order", "decay") if getattr(args, key) is not None]
     if args.mix_questions:
         run.Trainer = mixing_trainer(args.mix_questions)
-    return run.main(argv[at + 1 :])
+    return run.main(command)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,16 @@ from confidence import (
     score_answers,
     scores_tsv,
 )
-from dataset import CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions, read_text, score_places
+from dataset import (
+    ORDERS,
+    CharCorruptionDataset,
+    NameDataset,
+    Question,
+    Vocabulary,
+    read_questions,
+    read_text,
+    score_places,
+)
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS, GPTConfig
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
@@ -193,9 +202,10 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
 
 # Each preset fills the flags the user left unset, per phase: pretraining, finetuning
 # from scratch, and finetuning a pretrained model (the handout's "fewer epochs after
-# pretraining"). Besides flags a phase names its learning-rate schedule ("handout": the
-# cosine fixed by the corpus size, uncapped; "run": a cosine that ends with the run),
-# how examples are batched and which parameters decay (trainer.TrainerConfig).
+# pretraining"). A phase also names its learning-rate schedule (--schedule "handout": the
+# cosine fixed by the corpus size, uncapped; "run": a cosine that ends with the run), and
+# may name how examples are batched and which parameters decay (--order, --decay: see
+# trainer.TrainerConfig); what neither the preset nor the user sets comes from DEFAULTS.
 #
 # handout: the course's recipe, as its trainer runs it: batches in file order, the same
 #   every epoch (its DataLoader does not shuffle), and weight decay on every parameter but
@@ -221,6 +231,8 @@ PRESETS = {
                                 "schedule": "handout"},
     },
 }  # fmt: skip
+DEFAULTS = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw", "order": "bucketed",
+            "decay": "matmul"}  # fmt: skip
 RETIRED_PRESETS = {"cpu_fp32": "cpu"}  # old name -> the preset that replaced it
 
 
@@ -237,19 +249,13 @@ def preset_name(name: str) -> str:
 
 
 def apply_preset(args: argparse.Namespace) -> None:
-    """Fill every unset (None) flag from the preset's phase; explicit flags win."""
+    """Resolve every flag: DEFAULTS, then the preset's phase, then what the user typed (not None)."""
     if args.function == "pretrain":
         phase = "pretrain"
     else:  # evaluate reads a finetuned model: its phase only names the flags, which it ignores
         phase = "finetune_pretrained" if args.reading_params_path else "finetune"
-    preset = dict(PRESETS[args.preset][phase])
-    args.schedule = preset.pop("schedule")
-    args.order = preset.pop("order", "bucketed")
-    args.decay = preset.pop("decay", "matmul")
-    defaults = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw"}
-    for key, value in {**defaults, **preset}.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    typed = {key: value for key, value in vars(args).items() if value is not None}
+    vars(args).update({**DEFAULTS, **PRESETS[args.preset][phase], **typed})
 
 
 def trainer_config(
@@ -588,9 +594,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-# Flags in these groups define what a run computes: --resume refuses a checkpoint written
-# with other values. The others (outputs, budget, checkpoints, device) may change.
-RUN_DEFINING_GROUPS = ("the handout's", "training", "recipe", "speed")
+# What a resumed run may change: where its outputs go, its budget, checkpoints and device.
+# Every other flag defines what the run computes: --resume refuses a checkpoint written with
+# another value.
+RESUME_MAY_CHANGE = frozenset(
+    {"question", "writing_params_path", "eval_corpus_path", "outputs_path", "scores_path", "ensemble_params",
+     "tb_expt_name", "budget_minutes", "max_steps", "resume", "ckpt_every", "device"}
+)  # fmt: skip
 
 
 def make_parser() -> Parser:
@@ -645,6 +655,10 @@ def make_parser() -> Parser:
         "--doc_offset", type=int, default=None,
         help="pretrain: start each example at a random position 0..N after another document's end (cpu: 14)",
     )  # fmt: skip
+    # Research settings, set by the presets (bench/trainer_variant.py varies them): not in --help.
+    g.add_argument("--schedule", choices=["handout", "run"], default=None, help=argparse.SUPPRESS)
+    g.add_argument("--order", choices=ORDERS, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--decay", choices=["matmul", "all_but_biases"], default=None, help=argparse.SUPPRESS)
 
     g = p.add_argument_group("budget and checkpoints")
     g.add_argument(
@@ -664,13 +678,9 @@ def make_parser() -> Parser:
     return p
 
 
-def run_defining_args(parser: argparse.ArgumentParser) -> tuple[str, ...]:
-    """The dests of every flag in RUN_DEFINING_GROUPS, and the preset's choices that follow from them."""
-    groups = [g for g in parser._action_groups if g.title in RUN_DEFINING_GROUPS]
-    return tuple(a.dest for g in groups for a in g._group_actions if a.dest != "help")
-
-
-RUN_DEFINING_ARGS = run_defining_args(make_parser())
+RUN_DEFINING_ARGS = tuple(
+    k for k in vars(make_parser().parse_args(["pretrain", "vanilla", "-"])) if k not in RESUME_MAY_CHANGE
+)
 
 
 def check_args(args: argparse.Namespace) -> None:

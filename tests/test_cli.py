@@ -496,6 +496,12 @@ def test_an_explicit_optimizer_wins_over_every_preset():
     assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--optimizer", "adamw").optimizer == "adamw"
 
 
+def test_an_explicit_batch_order_and_decay_win_over_the_handout_preset():
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--order", "shuffled", "--decay", "matmul")
+    cfg = run.trainer_config(args, 2937)
+    assert (cfg.order, cfg.decay) == ("shuffled", "matmul")
+
+
 def test_a_retired_preset_is_refused_in_one_line_naming_its_replacement(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
