@@ -53,10 +53,8 @@ def error_split(work: Path, reader: Path, questions: list, predictions: list[str
 
     side = read_sidecar(reader)
     vocab = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), BLOCK_SIZE).vocab
-    args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt"])
-    for key in ("n_layer", "n_head", "n_embd"):
-        setattr(args, key, side[key])
-    args.bottleneck_dim = side.get("bottleneck_dim") or args.bottleneck_dim
+    args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
+    run.apply_preset(args)  # the model's sizes from the reader's sidecar
     args.dropout = 0.0
     link = run.reader_link(str(reader))
     texts = run.recitations(args, vocab, questions, link, torch.device("cpu"), "dev")

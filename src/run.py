@@ -142,10 +142,12 @@ def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
 
 
 def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it."""
+    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
+    what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     torch_save_atomic(state, path)
-    write_json_atomic(sidecar_path(path), {**model_description(model.config, vocab), **extra})
+    description = {**model_description(model.config, vocab), "model": asdict(model.config)}
+    write_json_atomic(sidecar_path(path), {**description, **extra})
 
 
 def read_sidecar(path: str | Path) -> dict | None:
@@ -163,6 +165,19 @@ def read_sidecar(path: str | Path) -> dict | None:
         )
         raise UserError(f"{side}: not a params sidecar (JSON {kind}, expected an object); delete or fix it")
     return description
+
+
+def stored_sizes(path: str | None, flag: str) -> dict:
+    """The model sizes (n_layer, n_head, n_embd, bottleneck_dim) the sidecar of params file `path`
+    records, so that a model is built as it was trained; empty without a path or sidecar."""
+    side = read_sidecar(path) if path is not None else None
+    if side is None:
+        return {}
+    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd") if k in side}
+    for key, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs at least 1")
+    return {**sizes, "bottleneck_dim": side["bottleneck_dim"]} if side.get("bottleneck_dim") else sizes
 
 
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
@@ -232,7 +247,7 @@ PRESETS = {
     },
 }  # fmt: skip
 DEFAULTS = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw", "order": "bucketed",
-            "decay": "matmul"}  # fmt: skip
+            "decay": "matmul", "n_layer": 4, "n_head": 8, "n_embd": 256, "bottleneck_dim": 32}  # fmt: skip
 RETIRED_PRESETS = {"cpu_fp32": "cpu"}  # old name -> the preset that replaced it
 
 
@@ -249,13 +264,15 @@ def preset_name(name: str) -> str:
 
 
 def apply_preset(args: argparse.Namespace) -> None:
-    """Resolve every flag: DEFAULTS, then the preset's phase, then what the user typed (not None)."""
+    """Resolve every flag: DEFAULTS, then the preset's phase, then the model sizes stored with
+    --reading_params_path (see stored_sizes), then what the user typed (not None)."""
     if args.function == "pretrain":
         phase = "pretrain"
     else:  # evaluate reads a finetuned model: its phase only names the flags, which it ignores
         phase = "finetune_pretrained" if args.reading_params_path else "finetune"
+    stored = stored_sizes(args.reading_params_path, "--reading_params_path")
     typed = {key: value for key, value in vars(args).items() if value is not None}
-    vars(args).update({**DEFAULTS, **PRESETS[args.preset][phase], **typed})
+    vars(args).update({**DEFAULTS, **PRESETS[args.preset][phase], **stored, **typed})
 
 
 def trainer_config(
@@ -453,12 +470,8 @@ def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> 
         raise UserError(f"--ensemble_params {path}: params file not found")
     if side is None or side.get("variant") not in VARIANTS:
         raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
-    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd") if k in side}
-    for key, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise UserError(f"--ensemble_params {path}: its sidecar gives {key} {value!r}; a model needs at least 1")
-    bottleneck = {"bottleneck_dim": side["bottleneck_dim"]} if side.get("bottleneck_dim") else {}
-    return build_model(argparse.Namespace(**{**vars(args), **sizes, **bottleneck}), len(vocab), side["variant"])
+    sizes = stored_sizes(path, "--ensemble_params")
+    return build_model(argparse.Namespace(**{**vars(args), **sizes}), len(vocab), side["variant"])
 
 
 def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device, writer) -> None:
@@ -613,7 +626,8 @@ def make_parser() -> Parser:
     g.add_argument("--finetune_corpus_path", default=None, help="question<TAB>place file to finetune on")
     g.add_argument("--pretrain_lr", type=float, default=None, help="peak learning rate for pretraining (6e-3)")
     g.add_argument("--finetune_lr", type=float, default=None, help="peak learning rate for finetuning (6e-4)")
-    g.add_argument("--bottleneck_dim", type=int, default=32, help="perceiver bottleneck length m (handout: 64)")
+    g.add_argument("--bottleneck_dim", type=int, default=None,
+                   help="perceiver bottleneck length m (32; handout: 64; read from the params' sidecar)")  # fmt: skip
 
     g = p.add_argument_group("outputs")
     g.add_argument("question", nargs="?", default=None, help='ask only: e.g. "Where was Ada Lovelace born?"')
@@ -637,9 +651,9 @@ def make_parser() -> Parser:
     g.add_argument("--optimizer", choices=["adamw", "muon"], default=None,
                    help="adamw (the handout's) or muon for the blocks' matrices (--preset cpu)")  # fmt: skip
     g.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
-    g.add_argument("--n_layer", type=int, default=4, help="transformer blocks (perceiver: down + n_layer-2 + up)")
-    g.add_argument("--n_head", type=int, default=8, help="attention heads")
-    g.add_argument("--n_embd", type=int, default=256, help="embedding width")
+    g.add_argument("--n_layer", type=int, default=None, help="transformer blocks (4; perceiver: down + n_layer-2 + up)")
+    g.add_argument("--n_head", type=int, default=None, help="attention heads (8)")
+    g.add_argument("--n_embd", type=int, default=None, help="embedding width (256)")
     g.add_argument(
         "--recite", action="store_true",
         help="finetune a recite reader: the --reading_params_path model recites each training person and the "

@@ -228,6 +228,25 @@ def test_params_of_another_bottleneck_are_refused_even_without_sidecar(tiny_corp
     one_line_error(capsys, "down_block.C")
 
 
+def test_evaluate_builds_the_model_its_params_sidecar_describes(tiny_corpus, tiny_dev_tsv):
+    pretrain("perceiver", tiny_corpus, "p.params", 3, "--bottleneck_dim", "16")
+    args = ["--reading_params_path", "p.params", "--eval_corpus_path", tiny_dev_tsv, "--outputs_path", "x.p"]
+    assert cli("evaluate", "perceiver", tiny_corpus, *args) == 0  # no sizes, no --bottleneck_dim
+
+
+def test_params_of_another_bottleneck_than_the_one_typed_are_refused(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("perceiver", tiny_corpus, "p.params", 3, "--bottleneck_dim", "16")
+    capsys.readouterr()
+    assert evaluate("perceiver", tiny_corpus, "p.params", tiny_dev_tsv, "x.p", "--bottleneck_dim", "8") == 2
+    one_line_error(capsys, "bottleneck_dim is 16, this run needs 8")
+
+
+def test_the_params_sidecar_stores_the_model_config_as_used(tiny_corpus):
+    pretrain("rope", tiny_corpus, "p.params", 2, "--dropout", "0.2")
+    model = json.loads(Path("p.params.json").read_text(encoding="utf-8"))["model"]
+    assert (model["variant"], model["n_embd"], model["n_layer"], model["attn_pdrop"]) == ("rope", 32, 2, 0.2)
+
+
 def test_garbage_params_file_is_refused(tiny_corpus, tiny_dev_tsv, capsys):
     Path("junk.params").write_bytes(b"this is not a checkpoint")
     assert evaluate("vanilla", tiny_corpus, "junk.params", tiny_dev_tsv, "x.p") == 2
