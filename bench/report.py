@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO_ROOT / "src"))
 
 from confidence import evaluation_summary, place_in_document, read_scores_tsv  # noqa: E402
 from dataset import Question, read_questions, read_text  # noqa: E402
-from run import read_sidecar  # noqa: E402
+from params import read_sidecar  # noqa: E402
 from utils import UserError, cpu_name, write_json_atomic, write_text_atomic  # noqa: E402
 
 RUNS_JSONL = REPO_ROOT / "bench" / "results" / "runs.jsonl"

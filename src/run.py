@@ -17,8 +17,6 @@ recipe; --preset cpu is this repository's recipe for a small CPU (README).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
@@ -29,76 +27,29 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
 import recite
-from confidence import (
-    beam_search,
-    evaluation_summary,
-    format_ask,
-    format_summary,
-    most_confident,
-    score_answers,
-    scores_tsv,
-)
-from dataset import (
-    ORDERS,
-    CharCorruptionDataset,
-    NameDataset,
-    Question,
-    Vocabulary,
-    read_questions,
-    read_text,
-    score_places,
-)
-from decode import MAX_ANSWER_CHARS, predict
-from model import GPT, VARIANTS, GPTConfig
-from trainer import Trainer, TrainerConfig, TrainingInterrupted
+from answers import ask, evaluate
+from config import BLOCK_SIZE, apply_preset, build_model, preset_name, trainer_config
+from dataset import ORDERS, CharCorruptionDataset, NameDataset, read_questions, read_text
+from model import GPT, VARIANTS
+from params import load_params, save_params
+from trainer import Trainer, TrainingInterrupted
 from utils import (
+    REPO_ROOT,
     UserError,
     check_output_file,
+    find_data_file,
     init_distributed,
     refuse_same_file,
     seed_everything,
     torch_load_safe,
-    torch_save_atomic,
-    write_json_atomic,
-    write_text_atomic,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BLOCK_SIZE = 128
-
-
 # ---------------------------------------------------------------------------
-# Paths and params files
-
-
-def find_data_file(name: str | None, what: str) -> Path | None:
-    """`name` as given if it exists; a bare name missing here is looked up in data/ (and we say so)."""
-    if name is None:
-        return None
-    path = Path(name)
-    if path.exists():
-        if path.is_dir():
-            raise UserError(f"{name}: {what} is a folder, expected a file")
-        if not path.is_file():  # a FIFO without a writer would block the read forever
-            raise UserError(f"{name}: {what} is not a regular file (a FIFO, device or socket); give a file")
-        return path
-    candidate = REPO_ROOT / "data" / path.name
-    if path.parent == Path(".") and candidate.is_file():
-        print(f"{what}: {name} is not in the current folder; using {candidate}")
-        return candidate
-    hint = " (run the data step: python data/get_data.py)" if path.parent == Path(".") else ""
-    raise UserError(f"{name}: {what} not found{hint}")
-
-
-def check_output_path(path: str | None, flag: str) -> None:
-    """Fail before any work, not after hours of training, if an output cannot be written there
-    (a folder, a device or FIFO, a missing or unwritable folder: see utils.check_output_file)."""
-    check_output_file(path, flag)
+# Checks and training
 
 
 def refuse_overwriting_inputs(args: argparse.Namespace) -> None:
@@ -123,224 +74,8 @@ def refuse_overwriting_inputs(args: argparse.Namespace) -> None:
     refuse_same_file(outputs, inputs)
 
 
-def sidecar_path(params_path: str | Path) -> Path:
-    return Path(f"{params_path}.json")
-
-
-def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
-    """What a params file must agree on to be loaded: stored beside it as JSON."""
-    return {
-        "variant": config.variant,
-        "bottleneck_dim": config.bottleneck_dim if config.variant == "perceiver" else None,
-        "block_size": config.block_size,
-        "n_layer": config.n_layer,
-        "n_head": config.n_head,
-        "n_embd": config.n_embd,
-        "vocab_size": config.vocab_size,
-        "vocab": "".join(vocab.itos),
-    }
-
-
-def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
-    what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    torch_save_atomic(state, path)
-    description = {**model_description(model.config, vocab), "model": asdict(model.config)}
-    write_json_atomic(sidecar_path(path), {**description, **extra})
-
-
-def read_sidecar(path: str | Path) -> dict | None:
-    """The JSON sidecar of a params file, or None if it has none."""
-    side = sidecar_path(path)
-    if not side.is_file():
-        return None
-    try:
-        description = json.loads(side.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{side}: unreadable sidecar ({e})") from None
-    if not isinstance(description, dict):
-        kind = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}.get(
-            type(description), "a number"
-        )
-        raise UserError(f"{side}: not a params sidecar (JSON {kind}, expected an object); delete or fix it")
-    return description
-
-
-def stored_sizes(path: str | None, flag: str) -> dict:
-    """The model sizes (n_layer, n_head, n_embd, bottleneck_dim) the sidecar of params file `path`
-    records, so that a model is built as it was trained; empty without a path or sidecar."""
-    side = read_sidecar(path) if path is not None else None
-    if side is None:
-        return {}
-    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd") if k in side}
-    for key, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs at least 1")
-    return {**sizes, "bottleneck_dim": side["bottleneck_dim"]} if side.get("bottleneck_dim") else sizes
-
-
-def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
-    """Load `path` into `model`, refusing a file made for another model with a message naming the mismatch."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{path}: params file not found")
-    want = model_description(model.config, vocab)
-    have = read_sidecar(p) or {}
-    for key in want:
-        if key in have and have[key] != want[key]:
-            shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
-            raise UserError(f"{path}: params do not fit this model: {key} {shown} (from {sidecar_path(p).name})")
-    state = torch_load_safe(p)
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UserError(f"{path}: not a state_dict of tensors")
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
-        raise UserError(
-            f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
-    for k, v in state.items():
-        if v.shape != expected[k].shape:
-            raise UserError(
-                f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
-                "(another bottleneck_dim, vocabulary or model size?)"
-            )
-    model.load_state_dict(state)
-
-
-# ---------------------------------------------------------------------------
-# Recipes
-
-# Each preset fills the flags the user left unset, per phase: pretraining, finetuning
-# from scratch, and finetuning a pretrained model (the handout's "fewer epochs after
-# pretraining"). A phase also names its learning-rate schedule (--schedule "handout": the
-# cosine fixed by the corpus size, uncapped; "run": a cosine that ends with the run), and
-# may name how examples are batched and which parameters decay (--order, --decay: see
-# trainer.TrainerConfig); what neither the preset nor the user sets comes from DEFAULTS.
-#
-# handout: the course's recipe, as its trainer runs it: batches in file order, the same
-#   every epoch (its DataLoader does not shuffle), and weight decay on every parameter but
-#   the biases. Measured on a GPU, this is what reaches the course's published figures.
-# cpu: this repository's recipe for a small CPU: Muon for the blocks' matrices at batch 32
-#   and lr 1e-3, no dropout, documents at varied start positions, pretraining epochs planned
-#   after every epoch to fill --budget_minutes (at most max_epochs) with the cosine ending
-#   there, and a gentle finetune (5 epochs at 1e-4, no dropout) that keeps what was stored.
-_HANDOUT_LOOP = {"schedule": "handout", "order": "file", "decay": "all_but_biases"}
-_FROM_SCRATCH = {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1}
-PRESETS = {
-    "handout": {
-        "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "doc_offset": 0,
-                     **_HANDOUT_LOOP},
-        "finetune": {**_FROM_SCRATCH, **_HANDOUT_LOOP},
-        "finetune_pretrained": {**_FROM_SCRATCH, "max_epochs": 10, **_HANDOUT_LOOP},
-    },
-    "cpu": {
-        "pretrain": {"max_epochs": 150, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0, "doc_offset": 14,
-                     "optimizer": "muon", "budget_minutes": 60, "schedule": "run"},
-        "finetune": {**_FROM_SCRATCH, "schedule": "handout"},
-        "finetune_pretrained": {"max_epochs": 5, "batch_size": 256, "finetune_lr": 1e-4, "dropout": 0.0,
-                                "schedule": "handout"},
-    },
-}  # fmt: skip
-DEFAULTS = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw", "order": "bucketed",
-            "decay": "matmul", "n_layer": 4, "n_head": 8, "n_embd": 256, "bottleneck_dim": 32}  # fmt: skip
-RETIRED_PRESETS = {"cpu_fp32": "cpu"}  # old name -> the preset that replaced it
-
-
-def preset_name(name: str) -> str:
-    """argparse type for --preset: a retired name is refused in one line naming its replacement."""
-    if name in RETIRED_PRESETS:
-        raise argparse.ArgumentTypeError(
-            f"--preset {name} was retired: use --preset {RETIRED_PRESETS[name]} (precision follows the "
-            "hardware: bf16 where it is native, --fp32 forces fp32)"
-        )
-    if name not in PRESETS:
-        raise argparse.ArgumentTypeError(f"--preset must be one of {', '.join(PRESETS)}, got {name!r}")
-    return name
-
-
-def apply_preset(args: argparse.Namespace) -> None:
-    """Resolve every flag: DEFAULTS, then the preset's phase, then the model sizes stored with
-    --reading_params_path (see stored_sizes), then what the user typed (not None)."""
-    if args.function == "pretrain":
-        phase = "pretrain"
-    else:  # evaluate reads a finetuned model: its phase only names the flags, which it ignores
-        phase = "finetune_pretrained" if args.reading_params_path else "finetune"
-    stored = stored_sizes(args.reading_params_path, "--reading_params_path")
-    typed = {key: value for key, value in vars(args).items() if value is not None}
-    vars(args).update({**DEFAULTS, **PRESETS[args.preset][phase], **stored, **typed})
-
-
-def trainer_config(
-    args: argparse.Namespace, pretrain_len: int, train_len: int | None = None, example_length: int = BLOCK_SIZE - 1
-) -> TrainerConfig:
-    """TrainerConfig from the resolved flags (see apply_preset).
-
-    pretrain_len: documents in the pretraining corpus; train_len: examples per
-    epoch of the data trained on now (default pretrain_len); example_length:
-    positions per example of that data, as the trainer counts tokens.
-    """
-    if args.schedule == "run":  # the cosine spans exactly this run's epochs (planned to the budget)
-        final_tokens = args.max_epochs * (train_len or pretrain_len) * example_length
-    else:  # the handout's: final_tokens fixed by the pretraining corpus, the cosine uncapped
-        final_tokens = 200 * pretrain_len * BLOCK_SIZE
-    budget = args.budget_minutes if args.function == "pretrain" else None
-    return TrainerConfig(
-        max_epochs=args.max_epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.pretrain_lr if args.function == "pretrain" else args.finetune_lr,
-        lr_decay=True,
-        warmup_tokens=512 * 20,
-        final_tokens=final_tokens,
-        cosine_cap=args.schedule == "run",
-        max_steps=args.max_steps,
-        budget_seconds=None if budget is None else budget * 60,
-        budget_fit=budget is not None and args.schedule == "run",
-        impl=args.impl,
-        order=args.order,
-        decay=args.decay,
-        bf16=not args.fp32,
-        optimizer=args.optimizer,
-        seed=args.seed,
-        ckpt_path=f"{args.writing_params_path}.ckpt",
-        ckpt_every=args.ckpt_every,
-    )
-
-
 # ---------------------------------------------------------------------------
 # Modes
-
-
-def build_model(args: argparse.Namespace, vocab_size: int, variant: str | None = None) -> GPT:
-    """The model the flags describe (variant: the positional one unless given)."""
-    variant = variant or args.variant
-    config = GPTConfig(
-        vocab_size=vocab_size,
-        block_size=BLOCK_SIZE,
-        n_layer=args.n_layer,
-        n_head=args.n_head,
-        n_embd=args.n_embd,
-        variant=variant,
-        bottleneck_dim=args.bottleneck_dim,
-        embd_pdrop=args.dropout,
-        resid_pdrop=args.dropout,
-        attn_pdrop=args.dropout,
-    )
-    if config.n_embd % config.n_head:
-        raise UserError(f"--n_embd {config.n_embd} must be divisible by --n_head {config.n_head}")
-    if config.variant == "rope" and (config.n_embd // config.n_head) % 2:
-        raise UserError(f"rope needs an even head size; --n_embd {config.n_embd} / --n_head {config.n_head} is odd")
-    if config.variant == "perceiver" and config.n_layer < 2:
-        raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
-    if config.variant == "perceiver" and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
-        raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {config.bottleneck_dim}")
-    model = GPT(config)
-    model.set_impl(args.impl)
-    return model
 
 
 def load_checkpoint_for_resume(args: argparse.Namespace, ckpt_path: Path) -> dict:
@@ -363,7 +98,7 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path."""
     if args.writing_params_path is None:
         raise UserError(f"{args.function} needs --writing_params_path")
-    check_output_path(args.writing_params_path, "--writing_params_path")
+    check_output_file(args.writing_params_path, "--writing_params_path")
     if args.reading_params_path is not None:
         load_params(model, corpus.vocab, args.reading_params_path)  # checked even when resuming
     extra = {}
@@ -461,139 +196,6 @@ def reader_dataset(args: argparse.Namespace, corpus: CharCorruptionDataset, mode
         f"each); the place is in {share:.1%} of the recitations"
     )
     return NameDataset(corpus, recite.reader_questions(questions, recitations))
-
-
-def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> GPT:
-    """A model built as the sidecar of params file `path` describes it (its variant and sizes)."""
-    side = read_sidecar(path)
-    if not Path(path).is_file():
-        raise UserError(f"--ensemble_params {path}: params file not found")
-    if side is None or side.get("variant") not in VARIANTS:
-        raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
-    sizes = stored_sizes(path, "--ensemble_params")
-    return build_model(argparse.Namespace(**{**vars(args), **sizes}), len(vocab), side["variant"])
-
-
-def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device, writer) -> None:
-    """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are given.
-
-    With --ensemble_params, every model answers and each question takes the answer
-    its own model scored highest (mean log-probability per character).
-    """
-    for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
-        if getattr(args, flag) is None:
-            raise UserError(f"evaluate needs --{flag}")
-    check_output_path(args.outputs_path, "--outputs_path")
-    check_output_path(args.scores_path, "--scores_path")
-    path = find_data_file(args.eval_corpus_path, "eval corpus")
-    entries = read_questions(path, require_place=False)
-    vocab = corpus.vocab
-    for q in entries:
-        if q is None:
-            continue
-        vocab.encode(q.text, where=f"{path}:{q.line}")
-        if len(q.text) + 2 > BLOCK_SIZE:
-            raise UserError(f"{path}:{q.line}: question is {len(q.text)} characters; at most {BLOCK_SIZE - 2} fit")
-    members = [(args.reading_params_path, model)]
-    members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
-    for params, member in members:
-        load_params(member, vocab, params)
-    questions = [q for q in entries if q is not None]
-    t0 = time.time()
-    texts = [q.text for q in questions]
-    reader = reader_link(args.reading_params_path)
-    if reader is not None:
-        if args.ensemble_params:
-            raise UserError("--ensemble_params combines direct answers; a recite reader cannot join an ensemble")
-        texts = recitations(args, vocab, questions, reader, device, str(path))
-        share = recite.place_in_recitation(questions, texts)
-        if not math.isnan(share):
-            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling)")
-            writer.add_scalar("eval/place_in_recitation", share, 0)
-    answers = []
-    for params, member in members:
-        member.to(device)
-        predictions = predict(member, vocab, texts, args.impl, device)
-        answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
-        if len(members) > 1:
-            report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
-    scores = most_confident(answers) if len(members) > 1 else answers[0]
-    predictions = [s.answer for s in scores]
-    seconds = time.time() - t0
-    it = iter(predictions)
-    write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
-    if args.scores_path is not None:
-        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
-    writer.add_scalar("eval/seconds", seconds, 0)
-    if len(members) > 1:
-        print(f"ensemble of {len(members)} models, {seconds:.1f} s: each question takes the most confident answer")
-    if report_accuracy("", questions, predictions):
-        summary = evaluation_summary(questions, predictions, scores, corpus.data)
-        print(format_summary(summary))
-        for key, value in summary.items():
-            if not math.isnan(value):  # nan: an empty group
-                writer.add_scalar(f"eval/{key}", value, 0)
-    else:
-        print(f"Predictions written to {args.outputs_path}; no targets provided")
-
-
-def reader_link(params_path: str) -> tuple[Path, int] | None:
-    """(the pretrained params, the recitation length) when `params_path` is a recite reader, else None."""
-    side = read_sidecar(params_path) or {}
-    if side.get("protocol") != "recite":
-        return None
-    return recite.linked_pretrained(params_path, side), int(side["recite_chars"])
-
-
-def recitations(
-    args: argparse.Namespace,
-    vocab: Vocabulary,
-    questions: list[Question],
-    reader: tuple[Path, int],
-    device,
-    source: str,
-) -> list[str]:
-    """The recollections of the questions' people by the pretrained params a reader recites with."""
-    pretrained, chars = reader
-    reciter = build_model(args, len(vocab))
-    load_params(reciter, vocab, str(pretrained))
-    t0 = time.time()
-    texts = recite.recite(reciter, vocab, questions, chars, device, source)
-    print(f"recited {len(questions)} people with {pretrained} in {time.time() - t0:.1f} s ({chars} characters each)")
-    return texts
-
-
-def report_accuracy(label: str, questions: list[Question], predictions: list[str]) -> bool:
-    """Print the handout's accuracy line; False when the questions carry no places."""
-    total, correct = score_places(questions, predictions)
-    if total:
-        print(f"{label}Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
-    return total > 0
-
-
-def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device) -> None:
-    """Answer one question: the greedy answer, its confidence, and the top 3 answers of a beam search."""
-    if args.reading_params_path is None:
-        raise UserError("ask needs --reading_params_path")
-    question = (args.question or "").strip()
-    if not question:
-        raise UserError('ask needs a question after the corpus, e.g. "Where was Ada Lovelace born?"')
-    vocab = corpus.vocab
-    vocab.encode(question, where=f"question {question!r}")
-    if len(question) + 2 > BLOCK_SIZE:
-        raise UserError(f"question is {len(question)} characters; at most {BLOCK_SIZE - 2} fit")
-    load_params(model, vocab, args.reading_params_path)
-    model.to(device)
-    reader = reader_link(args.reading_params_path)
-    prompt = question
-    if reader is not None:
-        with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
-            (prompt,) = recitations(args, vocab, [Question(question, None, 1)], reader, device, "question")
-    answer = predict(model, vocab, [prompt], args.impl, device)[0]
-    (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
-    if reader is not None:
-        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")
-    print(format_ask(question, score, beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS)))
 
 
 # ---------------------------------------------------------------------------

@@ -260,3 +260,25 @@ def torch_load_safe(path: str | Path) -> object:
         raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
     except Exception:  # noqa: BLE001 - any other failure here is a bad file, not a bug
         raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_data_file(name: str | None, what: str) -> Path | None:
+    """`name` as given if it exists; a bare name missing here is looked up in data/ (and we say so)."""
+    if name is None:
+        return None
+    path = Path(name)
+    if path.exists():
+        if path.is_dir():
+            raise UserError(f"{name}: {what} is a folder, expected a file")
+        if not path.is_file():  # a FIFO without a writer would block the read forever
+            raise UserError(f"{name}: {what} is not a regular file (a FIFO, device or socket); give a file")
+        return path
+    candidate = REPO_ROOT / "data" / path.name
+    if path.parent == Path(".") and candidate.is_file():
+        print(f"{what}: {name} is not in the current folder; using {candidate}")
+        return candidate
+    hint = " (run the data step: python data/get_data.py)" if path.parent == Path(".") else ""
+    raise UserError(f"{name}: {what} not found{hint}")
