@@ -17,6 +17,7 @@ recipe; --preset cpu is this repository's recipe for a small CPU (README).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from config import BLOCK_SIZE, apply_preset, build_model, preset_name, trainer_c
 from dataset import ORDERS, CharCorruptionDataset, NameDataset, read_questions, read_text
 from model import GPT, VARIANTS
 from params import load_params, save_params
-from trainer import Trainer, TrainingInterrupted
+from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     REPO_ROOT,
     UserError,
@@ -101,18 +103,7 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
     check_output_file(args.writing_params_path, "--writing_params_path")
     if args.reading_params_path is not None:
         load_params(model, corpus.vocab, args.reading_params_path)  # checked even when resuming
-    extra = {}
-    if args.function == "pretrain":
-        dataset = corpus
-    else:
-        if args.finetune_corpus_path is None:
-            raise UserError("finetune needs --finetune_corpus_path")
-        path = find_data_file(args.finetune_corpus_path, "finetune corpus")
-        if args.recite:
-            dataset = reader_dataset(args, corpus, model, path, device)
-            extra = recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
-        else:
-            dataset = NameDataset(corpus, path)
+    dataset, extra = training_data(args, corpus, model, device)
     cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length)
     ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
@@ -121,18 +112,7 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
             f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
         )
     writer.add_text("config", json.dumps({"args": vars(args), "trainer": asdict(cfg)}, indent=1))
-    plan = f"{cfg.max_epochs} epoch{'s' if cfg.max_epochs != 1 else ''}" + (
-        f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if cfg.budget_fit else ""
-    )
-    print(
-        f"{args.function} {args.variant}: {len(dataset)} examples, {plan}, batch {cfg.batch_size}, "
-        f"lr {cfg.learning_rate:g}, {cfg.optimizer}, impl {cfg.impl}, device {device}"
-    )
-    if device.type == "cpu" and args.preset == "handout":
-        print(
-            "note: the handout's recipe is made for a GPU and takes hours on a CPU (the first steps say how "
-            "many); --preset cpu is the recipe for a CPU, planned to --budget_minutes (README)"
-        )
+    announce(args, cfg, len(dataset), device)
     trainer = Trainer(
         model, dataset, cfg, device, log=writer.add_scalar,
         extra={"args": vars(args), "vocab": "".join(corpus.vocab.itos)},
@@ -140,36 +120,12 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
     if ckpt is not None:
         trainer.resume(ckpt)
         print(f"resuming from {ckpt_path}: step {trainer.step}, epoch {trainer.epoch + 1}")
-
-    def request_stop(signum: int, frame: object) -> None:
-        trainer.stop_requested = True  # the loop checkpoints and stops after the current step
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    n_batches = math.ceil(len(dataset) / cfg.batch_size)
     t0 = time.time()
-    try:
+    with stop_on_signals(trainer):
         losses = trainer.train()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     seconds = time.time() - t0
     if trainer.rank == 0:
-        save_params(
-            model,
-            corpus.vocab,
-            args.writing_params_path,
-            {
-                "trainer": asdict(cfg),
-                "preset": args.preset,
-                "dropout": args.dropout,
-                "doc_offset": args.doc_offset,
-                "steps": trainer.step,
-                "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, n_batches), 3),
-                "train_seconds": trainer.seconds,
-                "final_loss": losses[-1] if losses else None,
-                **extra,
-            },
-        )
+        save_params(model, corpus.vocab, args.writing_params_path, {**run_record(args, trainer, losses), **extra})
     budget_spent = cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds
     if budget_spent:
         print(
@@ -179,6 +135,68 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
     if trainer.rank == 0 and (budget_spent or trainer.epoch >= cfg.max_epochs):
         ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume (a --max_steps stop keeps it)
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
+
+
+def training_data(
+    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device
+) -> tuple[CharCorruptionDataset | NameDataset, dict]:
+    """What this command trains on (the corpus, the finetune questions, or a recite reader's
+    recitations) and what its sidecar adds (a reader's link to its pretrained params)."""
+    if args.function == "pretrain":
+        return corpus, {}
+    if args.finetune_corpus_path is None:
+        raise UserError("finetune needs --finetune_corpus_path")
+    path = find_data_file(args.finetune_corpus_path, "finetune corpus")
+    if not args.recite:
+        return NameDataset(corpus, path), {}
+    dataset = reader_dataset(args, corpus, model, path, device)
+    return dataset, recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
+
+
+def announce(args: argparse.Namespace, cfg: TrainerConfig, examples: int, device) -> None:
+    """Say what this run trains, how long, and how; warn when the handout's recipe meets a CPU."""
+    plan = f"{cfg.max_epochs} epoch{'s' if cfg.max_epochs != 1 else ''}" + (
+        f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if cfg.budget_fit else ""
+    )
+    print(
+        f"{args.function} {args.variant}: {examples} examples, {plan}, batch {cfg.batch_size}, "
+        f"lr {cfg.learning_rate:g}, {cfg.optimizer}, impl {cfg.impl}, device {device}"
+    )
+    if device.type == "cpu" and args.preset == "handout":
+        print(
+            "note: the handout's recipe is made for a GPU and takes hours on a CPU (the first steps say how "
+            "many); --preset cpu is the recipe for a CPU, planned to --budget_minutes (README)"
+        )
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer: Trainer) -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM ask `trainer` to checkpoint and stop after its current step."""
+
+    def request_stop(signum: int, frame: object) -> None:
+        trainer.stop_requested = True
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_record(args: argparse.Namespace, trainer: Trainer, losses: list[float]) -> dict:
+    """What the params sidecar records of the training run: its configs as used, how far it got, how long."""
+    n_batches = math.ceil(len(trainer.train_dataset) / trainer.config.batch_size)
+    return {
+        "trainer": asdict(trainer.config),
+        "preset": args.preset,
+        "dropout": args.dropout,
+        "doc_offset": args.doc_offset,
+        "steps": trainer.step,
+        "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, n_batches), 3),
+        "train_seconds": trainer.seconds,
+        "final_loss": losses[-1] if losses else None,
+    }
 
 
 def reader_dataset(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, path: Path, device):
@@ -219,7 +237,16 @@ RESUME_MAY_CHANGE = frozenset(
 
 
 def make_parser() -> Parser:
+    """The command line: the handout's arguments and ours, in groups (see --help)."""
     p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_handout_and_output_flags(p)
+    add_training_flags(p)
+    add_recipe_and_run_flags(p)
+    return p
+
+
+def add_handout_and_output_flags(p: Parser) -> None:
+    """The handout's arguments (its spelling), and where a command writes."""
     g = p.add_argument_group("the handout's")
     g.add_argument("function", choices=["pretrain", "finetune", "evaluate", "ask"], help="what to do")
     g.add_argument("variant", choices=VARIANTS, help="vanilla, perceiver (2023 handout) or rope (2024 handout)")
@@ -244,6 +271,9 @@ def make_parser() -> Parser:
     )  # fmt: skip
     g.add_argument("--tb_expt_name", default="run", help="TensorBoard run name prefix (logs go to expt/<function>/)")
 
+
+def add_training_flags(p: Parser) -> None:
+    """What is trained and how: a flag left unset (None) comes from the preset (config.apply_preset)."""
     g = p.add_argument_group("training")
     g.add_argument(
         "--max_epochs", type=int, default=None, help="epochs (handout: 650 pretraining; 75 or 10 finetuning)"
@@ -264,6 +294,9 @@ def make_parser() -> Parser:
     g.add_argument("--recite_chars", type=int, default=None,
                    help="with --recite: characters of recollection (100; the perceiver: bottleneck_dim - 16)")  # fmt: skip
 
+
+def add_recipe_and_run_flags(p: Parser) -> None:
+    """The recipe, the time budget and checkpoints, the device and the speed switches."""
     g = p.add_argument_group("recipe")
     g.add_argument("--preset", type=preset_name, default="handout",
                    help="recipe for unset flags: handout (the course's, default) or cpu (README)")  # fmt: skip
@@ -291,7 +324,6 @@ def make_parser() -> Parser:
     g.add_argument("--impl", choices=["fast", "reference"], default="fast",
                    help="fast: bucketed batches, bf16, cached batched decoding; reference: the handout's plain loops")  # fmt: skip
     g.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
-    return p
 
 
 RUN_DEFINING_ARGS = tuple(
