@@ -13,6 +13,7 @@ from pathlib import Path
 
 import recite
 from confidence import (
+    AnswerScore,
     beam_search,
     evaluation_summary,
     format_ask,
@@ -54,12 +55,7 @@ def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT
     path = find_data_file(args.eval_corpus_path, "eval corpus")
     entries = read_questions(path, require_place=False)
     vocab = corpus.vocab
-    for q in entries:
-        if q is None:
-            continue
-        vocab.encode(q.text, where=f"{path}:{q.line}")
-        if len(q.text) + 2 > BLOCK_SIZE:
-            raise UserError(f"{path}:{q.line}: question is {len(q.text)} characters; at most {BLOCK_SIZE - 2} fit")
+    check_questions(entries, vocab, path)
     members = [(args.reading_params_path, model)]
     members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
     for params, member in members:
@@ -76,14 +72,7 @@ def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT
         if not math.isnan(share):
             print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling)")
             writer.add_scalar("eval/place_in_recitation", share, 0)
-    answers = []
-    for params, member in members:
-        member.to(device)
-        predictions = predict(member, vocab, texts, args.impl, device)
-        answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
-        if len(members) > 1:
-            report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
-    scores = most_confident(answers) if len(members) > 1 else answers[0]
+    scores = answer_and_score(members, vocab, questions, texts, args.impl, device)
     predictions = [s.answer for s in scores]
     seconds = time.time() - t0
     it = iter(predictions)
@@ -101,6 +90,32 @@ def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT
                 writer.add_scalar(f"eval/{key}", value, 0)
     else:
         print(f"Predictions written to {args.outputs_path}; no targets provided")
+
+
+def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:
+    """A UserError naming file and line for a question with a character outside the vocabulary or
+    too long for the block (None entries are blank lines)."""
+    for q in entries:
+        if q is None:
+            continue
+        vocab.encode(q.text, where=f"{path}:{q.line}")
+        if len(q.text) + 2 > BLOCK_SIZE:
+            raise UserError(f"{path}:{q.line}: question is {len(q.text)} characters; at most {BLOCK_SIZE - 2} fit")
+
+
+def answer_and_score(
+    members: list[tuple[str, GPT]], vocab: Vocabulary, questions: list[Question], texts: list[str], impl: str, device
+) -> list[AnswerScore]:
+    """Every member's greedy answer to each of `texts` (the questions, or their recitations), scored;
+    with several members each question keeps its most confident answer and each member's accuracy is printed."""
+    answers = []
+    for params, member in members:
+        member.to(device)
+        predictions = predict(member, vocab, texts, impl, device)
+        answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
+        if len(members) > 1:
+            report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
+    return most_confident(answers) if len(members) > 1 else answers[0]
 
 
 def reader_link(params_path: str) -> tuple[Path, int] | None:

@@ -4,6 +4,8 @@ their resolution, the TrainerConfig of a phase and the GPT a command builds."""
 from __future__ import annotations
 
 import argparse
+import math
+import os
 
 from model import GPT, GPTConfig
 from params import stored_sizes
@@ -134,3 +136,34 @@ def build_model(args: argparse.Namespace, vocab_size: int, variant: str | None =
     model = GPT(config)
     model.set_impl(args.impl)
     return model
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """One-line errors for values no run can use (before any work is done)."""
+    for flag in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UserError(f"--{flag} must be at least 1, got {value}")
+    for flag in ("pretrain_lr", "finetune_lr", "budget_minutes"):
+        value = getattr(args, flag)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise UserError(f"--{flag} must be a positive number, got {value}")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise UserError(f"--dropout must be at least 0 and below 1, got {args.dropout}")
+    if args.ckpt_every < 0:
+        raise UserError(f"--ckpt_every must be 0 or more, got {args.ckpt_every}")
+    if not 0 <= args.seed < 2**32:  # numpy's seeds are 32-bit
+        raise UserError(f"--seed must be between 0 and {2**32 - 1}, got {args.seed}")
+    name = args.tb_expt_name
+    if not name or name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name):
+        raise UserError(f"--tb_expt_name must be a plain name (no folders, not '.' or '..'), got {name!r}")
+    if args.doc_offset and args.function != "pretrain":
+        raise UserError("--doc_offset is for pretrain only")
+    if args.budget_minutes is not None and args.function != "pretrain":
+        raise UserError("--budget_minutes is for pretrain only")
+    if args.recite and (args.function != "finetune" or args.reading_params_path is None):
+        raise UserError("--recite is for finetune, and recites with the pretrained --reading_params_path")
+    if args.recite_chars is not None and not args.recite:
+        raise UserError("--recite_chars is for finetune --recite")
+    if args.ensemble_params and args.function != "evaluate":
+        raise UserError("--ensemble_params is for evaluate only")

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import torch
 
 from confidence import person_name
-from dataset import MASK_CHAR, PAD_CHAR, Question, Vocabulary
+from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions
 from decode import continue_text
 from model import GPT
 from utils import UserError
@@ -127,3 +128,18 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
     if file_sha256(path) != link["sha256"]:
         raise UserError(f"{reader_path}: recites with {path}, which has changed since the reader was finetuned")
     return path
+
+
+def reader_dataset(corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device) -> NameDataset:
+    """finetune --recite: the training questions of `path` with the recitations (`chars` characters) of
+    `model`, which holds the pretrained params now and becomes the reader, in place of their text."""
+    questions = [q for q in read_questions(path, require_place=True) if q is not None]
+    check_recite_chars(chars, model, [q.place for q in questions])
+    t0 = time.time()
+    recitations = recite(model, corpus.vocab, questions, chars, device, str(path))
+    share = place_in_recitation(questions, recitations)
+    print(
+        f"recited {len(questions)} training people in {time.time() - t0:.1f} s ({chars} characters "
+        f"each); the place is in {share:.1%} of the recitations"
+    )
+    return NameDataset(corpus, reader_questions(questions, recitations))

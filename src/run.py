@@ -34,8 +34,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 import recite
 from answers import ask, evaluate
-from config import BLOCK_SIZE, apply_preset, build_model, preset_name, trainer_config
-from dataset import ORDERS, CharCorruptionDataset, NameDataset, read_questions, read_text
+from config import BLOCK_SIZE, apply_preset, build_model, check_args, preset_name, trainer_config
+from dataset import ORDERS, CharCorruptionDataset, NameDataset, read_text
 from model import GPT, VARIANTS
 from params import load_params, save_params
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
@@ -149,7 +149,9 @@ def training_data(
     path = find_data_file(args.finetune_corpus_path, "finetune corpus")
     if not args.recite:
         return NameDataset(corpus, path), {}
-    dataset = reader_dataset(args, corpus, model, path, device)
+    if args.recite_chars is None:
+        args.recite_chars = recite.default_recite_chars(model)
+    dataset = recite.reader_dataset(corpus, model, path, args.recite_chars, device)
     return dataset, recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
 
 
@@ -197,23 +199,6 @@ def run_record(args: argparse.Namespace, trainer: Trainer, losses: list[float]) 
         "train_seconds": trainer.seconds,
         "final_loss": losses[-1] if losses else None,
     }
-
-
-def reader_dataset(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, path: Path, device):
-    """finetune --recite: the training questions with the pretrained model's recitations in place of
-    their text (`model` holds the pretrained params now; it becomes the reader)."""
-    questions = [q for q in read_questions(path, require_place=True) if q is not None]
-    if args.recite_chars is None:
-        args.recite_chars = recite.default_recite_chars(model)
-    recite.check_recite_chars(args.recite_chars, model, [q.place for q in questions])
-    t0 = time.time()
-    recitations = recite.recite(model, corpus.vocab, questions, args.recite_chars, device, str(path))
-    share = recite.place_in_recitation(questions, recitations)
-    print(
-        f"recited {len(questions)} training people in {time.time() - t0:.1f} s ({args.recite_chars} characters "
-        f"each); the place is in {share:.1%} of the recitations"
-    )
-    return NameDataset(corpus, recite.reader_questions(questions, recitations))
 
 
 # ---------------------------------------------------------------------------
@@ -329,37 +314,6 @@ def add_recipe_and_run_flags(p: Parser) -> None:
 RUN_DEFINING_ARGS = tuple(
     k for k in vars(make_parser().parse_args(["pretrain", "vanilla", "-"])) if k not in RESUME_MAY_CHANGE
 )
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """One-line errors for values no run can use (before any work is done)."""
-    for flag in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise UserError(f"--{flag} must be at least 1, got {value}")
-    for flag in ("pretrain_lr", "finetune_lr", "budget_minutes"):
-        value = getattr(args, flag)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise UserError(f"--{flag} must be a positive number, got {value}")
-    if args.dropout is not None and not 0 <= args.dropout < 1:
-        raise UserError(f"--dropout must be at least 0 and below 1, got {args.dropout}")
-    if args.ckpt_every < 0:
-        raise UserError(f"--ckpt_every must be 0 or more, got {args.ckpt_every}")
-    if not 0 <= args.seed < 2**32:  # numpy's seeds are 32-bit
-        raise UserError(f"--seed must be between 0 and {2**32 - 1}, got {args.seed}")
-    name = args.tb_expt_name
-    if not name or name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name):
-        raise UserError(f"--tb_expt_name must be a plain name (no folders, not '.' or '..'), got {name!r}")
-    if args.doc_offset and args.function != "pretrain":
-        raise UserError("--doc_offset is for pretrain only")
-    if args.budget_minutes is not None and args.function != "pretrain":
-        raise UserError("--budget_minutes is for pretrain only")
-    if args.recite and (args.function != "finetune" or args.reading_params_path is None):
-        raise UserError("--recite is for finetune, and recites with the pretrained --reading_params_path")
-    if args.recite_chars is not None and not args.recite:
-        raise UserError("--recite_chars is for finetune --recite")
-    if args.ensemble_params and args.function != "evaluate":
-        raise UserError("--ensemble_params is for evaluate only")
 
 
 def run(args: argparse.Namespace) -> None:
