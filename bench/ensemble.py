@@ -25,9 +25,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
+
+from research import cpu_name  # noqa: E402
 
 from params import read_sidecar, sidecar_path  # noqa: E402
-from utils import cpu_name  # noqa: E402
 
 ENSEMBLES_JSONL = REPO_ROOT / "bench" / "results" / "ensembles.jsonl"
 

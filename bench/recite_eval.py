@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from research import cpu_name, read_scores_tsv  # noqa: E402
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
-from confidence import evaluation_summary, read_scores_tsv  # noqa: E402
+from confidence import evaluation_summary  # noqa: E402
 from config import BLOCK_SIZE  # noqa: E402
 from dataset import CharCorruptionDataset, read_questions, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
-from utils import cpu_name  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "recite.jsonl"
 
@@ -114,7 +114,7 @@ def main() -> None:
     questions = [q for q in entries if q is not None]
     predictions = outputs["dev"].read_text(encoding="utf-8").split("\n")[: len(questions)]
     scores = [s for s in read_scores_tsv(work / f"recite_{args.tag}.dev.scores.tsv") if s is not None]
-    summary = evaluation_summary(questions, predictions, scores, [])
+    summary = evaluation_summary(questions, predictions, scores)
     record["dev_accuracy"] = summary["accuracy"]
     record["accuracy_at_coverage_10"] = summary["accuracy_at_coverage_10"]
     record |= error_split(work, reader, questions, predictions)

@@ -83,7 +83,7 @@ def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT
     if len(members) > 1:
         print(f"ensemble of {len(members)} models, {seconds:.1f} s: each question takes the most confident answer")
     if report_accuracy("", questions, predictions):
-        summary = evaluation_summary(questions, predictions, scores, corpus.data)
+        summary = evaluation_summary(questions, predictions, scores)
         print(format_summary(summary))
         for key, value in summary.items():
             if not math.isnan(value):  # nan: an empty group

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import pickle
-import platform
 import random
 import secrets
 import stat
@@ -74,32 +73,6 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
     if enabled and bf16_supported(device):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
-    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", "flags", ...);
-    empty where there is no such file."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(path).read_text().splitlines():
-            if not line.strip():
-                break  # the first processor's block is enough
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
-def cpu_name() -> str:
-    """The CPU's model name, family and model numbers, its vector capability and whether it has bf16
-    matmuls, for benchmark records: speeds differ by CPU, and CPUs of one name may differ in all of
-    these (three machines here called themselves "AMD EPYC": one with AVX512-BF16, one with AVX2 only,
-    and "AMD EPYC [family 23, model 1] (AVX2, no bf16)", a first-generation Zen, half as fast again)."""
-    info = cpu_info()
-    name = info.get("model name", platform.processor() or platform.machine())
-    if "cpu family" in info and "model" in info:
-        name = f"{name} [family {info['cpu family']}, model {info['model']}]"
-    bf16 = "bf16" if bf16_supported(torch.device("cpu")) else "no bf16"
-    return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
 def seed_everything(seed: int) -> None:

@@ -583,7 +583,7 @@ def test_an_unreadable_params_file_is_a_one_line_error_without_pytorchs_message(
 
 
 def test_ensemble_takes_each_questions_most_confident_answer(tiny_corpus, tiny_train_tsv, capsys):
-    from confidence import read_scores_tsv
+    from bench.research import read_scores_tsv
 
     finetune("vanilla", tiny_corpus, tiny_train_tsv, "a.params", None, 30, "--batch_size", "4", "--finetune_lr", "3e-3")
     finetune("rope", tiny_corpus, tiny_train_tsv, "b.params", None, 30, "--batch_size", "4", "--seed", "1")

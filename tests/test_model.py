@@ -220,7 +220,7 @@ def test_bf16_autocast_stays_close_to_fp32():
 
 
 def test_cpu_info_reads_the_first_processors_fields(tmp_path):
-    from utils import cpu_info
+    from bench.research import cpu_info
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
