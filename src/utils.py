@@ -1,5 +1,5 @@
 """Small shared helpers: user errors, device and precision, atomic file writes,
-seeding, sampling and greedy decoding, and the birth-place score."""
+safe outputs, seeding, and finding data files."""
 
 from __future__ import annotations
 
