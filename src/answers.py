@@ -11,6 +11,8 @@ import math
 import time
 from pathlib import Path
 
+import torch
+
 import recite
 from confidence import (
     AnswerScore,
@@ -27,7 +29,7 @@ from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions,
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS
 from params import load_params, read_sidecar, sidecar_path, stored_sizes
-from utils import UserError, check_output_file, find_data_file, write_text_atomic
+from utils import ScalarWriter, UserError, check_output_file, find_data_file, write_text_atomic
 
 
 def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> GPT:
@@ -41,7 +43,9 @@ def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> 
     return build_model(argparse.Namespace(**{**vars(args), **sizes}), len(vocab), side["variant"])
 
 
-def evaluate(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device, writer) -> None:
+def evaluate(
+    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
+) -> None:
     """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are given.
 
     With --ensemble_params, every model answers and each question takes the answer
@@ -104,7 +108,12 @@ def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Pat
 
 
 def answer_and_score(
-    members: list[tuple[str, GPT]], vocab: Vocabulary, questions: list[Question], texts: list[str], impl: str, device
+    members: list[tuple[str, GPT]],
+    vocab: Vocabulary,
+    questions: list[Question],
+    texts: list[str],
+    impl: str,
+    device: torch.device,
 ) -> list[AnswerScore]:
     """Every member's greedy answer to each of `texts` (the questions, or their recitations), scored;
     with several members each question keeps its most confident answer and each member's accuracy is printed."""
@@ -131,7 +140,7 @@ def recitations(
     vocab: Vocabulary,
     questions: list[Question],
     reader: tuple[Path, int],
-    device,
+    device: torch.device,
     source: str,
 ) -> list[str]:
     """The recollections of the questions' people by the pretrained params a reader recites with."""
@@ -152,7 +161,7 @@ def report_accuracy(label: str, questions: list[Question], predictions: list[str
     return total > 0
 
 
-def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device) -> None:
+def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
     """Answer one question: the greedy answer, its confidence, and the top 3 answers of a beam search."""
     if args.reading_params_path is None:
         raise UserError("ask needs --reading_params_path")

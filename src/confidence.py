@@ -230,6 +230,7 @@ def evaluation_summary(
 
 
 def percent(x: float) -> str:
+    """x as a percentage with one decimal, "-" for nan (an empty group)."""
     return "-" if math.isnan(x) else f"{x * 100:.1f}%"
 
 

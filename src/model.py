@@ -179,6 +179,7 @@ class GPT(nn.Module):
             module.weight.data.fill_(1.0)
 
     def get_block_size(self) -> int:
+        """The longest sequence the model reads (the handout's accessor)."""
         return self.config.block_size
 
     def set_impl(self, impl: str) -> None:

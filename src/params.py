@@ -15,6 +15,7 @@ from utils import UserError, torch_load_safe, torch_save_atomic, write_json_atom
 
 
 def sidecar_path(params_path: str | Path) -> Path:
+    """The JSON sidecar beside a params file: `<params>.json`."""
     return Path(f"{params_path}.json")
 
 

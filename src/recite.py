@@ -130,7 +130,9 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
     return path
 
 
-def reader_dataset(corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device) -> NameDataset:
+def reader_dataset(
+    corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device
+) -> NameDataset:
     """finetune --recite: the training questions of `path` with the recitations (`chars` characters) of
     `model`, which holds the pretrained params now and becomes the reader, in place of their text."""
     questions = [q for q in read_questions(path, require_place=True) if q is not None]

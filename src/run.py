@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
@@ -41,6 +42,8 @@ from params import load_params, save_params
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     REPO_ROOT,
+    NullWriter,
+    ScalarWriter,
     UserError,
     check_output_file,
     find_data_file,
@@ -96,7 +99,9 @@ def load_checkpoint_for_resume(args: argparse.Namespace, ckpt_path: Path) -> dic
     return ckpt
 
 
-def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device, writer) -> None:
+def train(
+    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
+) -> None:
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path."""
     if args.writing_params_path is None:
         raise UserError(f"{args.function} needs --writing_params_path")
@@ -138,7 +143,7 @@ def train(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, d
 
 
 def training_data(
-    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device
+    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device
 ) -> tuple[CharCorruptionDataset | NameDataset, dict]:
     """What this command trains on (the corpus, the finetune questions, or a recite reader's
     recitations) and what its sidecar adds (a reader's link to its pretrained params)."""
@@ -155,7 +160,7 @@ def training_data(
     return dataset, recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
 
 
-def announce(args: argparse.Namespace, cfg: TrainerConfig, examples: int, device) -> None:
+def announce(args: argparse.Namespace, cfg: TrainerConfig, examples: int, device: torch.device) -> None:
     """Say what this run trains, how long, and how; warn when the handout's recipe meets a CPU."""
     plan = f"{cfg.max_epochs} epoch{'s' if cfg.max_epochs != 1 else ''}" + (
         f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if cfg.budget_fit else ""
@@ -317,6 +322,7 @@ RUN_DEFINING_ARGS = tuple(
 
 
 def run(args: argparse.Namespace) -> None:
+    """Do what the parsed command line says (UserError for a mistake, TrainingInterrupted after a signal)."""
     check_args(args)
     refuse_overwriting_inputs(args)
     apply_preset(args)
@@ -365,15 +371,8 @@ def tensorboard_folder(args: argparse.Namespace) -> Path:
     return folder
 
 
-class NullWriter:
-    """Stands in for SummaryWriter on ranks other than 0."""
-
-    def add_scalar(self, *args: object, **kwargs: object) -> None: ...
-    def add_text(self, *args: object, **kwargs: object) -> None: ...
-    def close(self) -> None: ...
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
     args = make_parser().parse_intermixed_args(argv)  # intermixed: ask's question may follow the flags
     try:
         run(args)

@@ -13,6 +13,7 @@ import stat
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -255,3 +256,19 @@ def find_data_file(name: str | None, what: str) -> Path | None:
         return candidate
     hint = " (run the data step: python data/get_data.py)" if path.parent == Path(".") else ""
     raise UserError(f"{name}: {what} not found{hint}")
+
+
+class ScalarWriter(Protocol):
+    """What the commands log to: a TensorBoard SummaryWriter, or NullWriter."""
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None: ...
+    def add_text(self, tag: str, text: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullWriter:
+    """Stands in for SummaryWriter on ranks other than 0."""
+
+    def add_scalar(self, *args: object, **kwargs: object) -> None: ...
+    def add_text(self, *args: object, **kwargs: object) -> None: ...
+    def close(self) -> None: ...
