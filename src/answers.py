@@ -79,10 +79,7 @@ def evaluate(
     scores = answer_and_score(members, vocab, questions, texts, args.impl, device)
     predictions = [s.answer for s in scores]
     seconds = time.time() - t0
-    it = iter(predictions)
-    write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
-    if args.scores_path is not None:
-        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
+    write_answers(args, entries, scores)
     writer.add_scalar("eval/seconds", seconds, 0)
     if len(members) > 1:
         print(f"ensemble of {len(members)} models, {seconds:.1f} s: each question takes the most confident answer")
@@ -94,6 +91,14 @@ def evaluate(
                 writer.add_scalar(f"eval/{key}", value, 0)
     else:
         print(f"Predictions written to {args.outputs_path}; no targets provided")
+
+
+def write_answers(args: argparse.Namespace, entries: list[Question | None], scores: list[AnswerScore]) -> None:
+    """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path."""
+    it = iter(s.answer for s in scores)
+    write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
+    if args.scores_path is not None:
+        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
 
 
 def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:
