@@ -12,8 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from dataset import read_questions, score_places  # noqa: E402
-from run import Parser, find_data_file  # noqa: E402
-from utils import UserError, check_output_file, refuse_same_file, write_text_atomic  # noqa: E402
+from run import Parser  # noqa: E402
+from utils import UserError, check_output_file, find_data_file, refuse_same_file, write_text_atomic  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

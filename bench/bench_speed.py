@@ -38,6 +38,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))  # research.py
+
+from research import cpu_name  # noqa: E402
 
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
 from decode import continue_text, predict  # noqa: E402
@@ -45,7 +48,7 @@ from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer  # noqa: E402
 from recite import recitation_prompt  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
-from utils import autocast, cpu_name, write_json_atomic  # noqa: E402
+from utils import autocast, write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
 VARIANTS = ("vanilla", "perceiver", "rope")
@@ -53,7 +56,7 @@ VARIANTS = ("vanilla", "perceiver", "rope")
 
 def model_for(variant: str, vocab_size: int, impl: str) -> GPT:
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=vocab_size, perceiver=variant == "perceiver", bottleneck_dim=64, rope=variant == "rope")
+    cfg = GPTConfig(vocab_size=vocab_size, variant=variant, bottleneck_dim=64)
     model = GPT(cfg)
     model.set_impl(impl)
     return model

@@ -25,15 +25,17 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
 
-from run import read_sidecar, sidecar_path  # noqa: E402
-from utils import cpu_name  # noqa: E402
+from research import cpu_name  # noqa: E402
+
+from params import read_sidecar, sidecar_path  # noqa: E402
 
 ENSEMBLES_JSONL = REPO_ROOT / "bench" / "results" / "ensembles.jsonl"
 
 
 def sidecar(params: str) -> dict:
-    """The JSON sidecar run.py writes beside a params file (run.read_sidecar); exits if there is none."""
+    """The JSON sidecar run.py writes beside a params file (params.read_sidecar); exits if there is none."""
     side = read_sidecar(params)
     if side is None:
         sys.exit(f"error: {params} has no sidecar {sidecar_path(params).name}")

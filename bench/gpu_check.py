@@ -41,9 +41,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))  # research.py
+
+from research import cpu_name  # noqa: E402
 
 import attention  # noqa: E402
-from utils import cpu_name  # noqa: E402
 
 RUN_PY = str(ROOT / "src" / "run.py")
 VARIANT_FLAGS = {

@@ -95,7 +95,7 @@ def main() -> None:
     for path in argv[1:]:
         state = torch_load_safe(path)
         m = state["down_block.C"].size(1) if "down_block.C" in state else 32  # the bottleneck size
-        config = GPTConfig(ds.vocab_size, perceiver=argv[0] == "perceiver", bottleneck_dim=m, rope=argv[0] == "rope")
+        config = GPTConfig(ds.vocab_size, variant=argv[0], bottleneck_dim=m)
         model = GPT(config)
         model.load_state_dict(state)
         model.set_impl("fast")

@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from research import cpu_name, read_scores_tsv  # noqa: E402
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
-from confidence import evaluation_summary, read_scores_tsv  # noqa: E402
+from confidence import evaluation_summary  # noqa: E402
+from config import BLOCK_SIZE  # noqa: E402
 from dataset import CharCorruptionDataset, read_questions, read_text  # noqa: E402
-from run import BLOCK_SIZE, read_sidecar  # noqa: E402
-from utils import cpu_name  # noqa: E402
+from params import read_sidecar  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "recite.jsonl"
 
@@ -49,17 +50,16 @@ def direct_accuracy(log: Path) -> float | None:
 def error_split(work: Path, reader: Path, questions: list, predictions: list[str]) -> dict:
     """The reader's accuracy where the dev recitation holds the gold place and where it does not
     (recitations recomputed with the reader's own pretrained params: decoding is deterministic)."""
-    import run  # the same model the command line builds
+    import answers  # the same model the command line builds
+    import run
 
     side = read_sidecar(reader)
     vocab = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), BLOCK_SIZE).vocab
-    args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt"])
-    for key in ("n_layer", "n_head", "n_embd"):
-        setattr(args, key, side[key])
-    args.bottleneck_dim = side.get("bottleneck_dim") or args.bottleneck_dim
+    args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
+    run.apply_preset(args)  # the model's sizes from the reader's sidecar
     args.dropout = 0.0
-    link = run.reader_link(str(reader))
-    texts = run.recitations(args, vocab, questions, link, torch.device("cpu"), "dev")
+    link = answers.reader_link(str(reader))
+    texts = answers.recitations(args, vocab, questions, link, torch.device("cpu"), "dev")
     (work / "dev.recitations").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
     held = [q.place in t for q, t in zip(questions, texts, strict=True)]
     right = [p == q.place for p, q in zip(predictions, questions, strict=True)]
@@ -115,7 +115,7 @@ def main() -> None:
     questions = [q for q in entries if q is not None]
     predictions = outputs["dev"].read_text(encoding="utf-8").split("\n")[: len(questions)]
     scores = [s for s in read_scores_tsv(work / f"recite_{args.tag}.dev.scores.tsv") if s is not None]
-    summary = evaluation_summary(questions, predictions, scores, [])
+    summary = evaluation_summary(questions, predictions, scores)
     record["dev_accuracy"] = summary["accuracy"]
     record["accuracy_at_coverage_10"] = summary["accuracy_at_coverage_10"]
     record |= error_split(work, reader, questions, predictions)

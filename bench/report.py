@@ -27,11 +27,13 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
 
-from confidence import evaluation_summary, place_in_document, read_scores_tsv  # noqa: E402
+from research import cpu_name, place_in_document, read_scores_tsv, research_summary  # noqa: E402
+
 from dataset import Question, read_questions, read_text  # noqa: E402
-from run import read_sidecar  # noqa: E402
-from utils import UserError, cpu_name, write_json_atomic, write_text_atomic  # noqa: E402
+from params import read_sidecar  # noqa: E402
+from utils import UserError, write_json_atomic, write_text_atomic  # noqa: E402
 
 RUNS_JSONL = REPO_ROOT / "bench" / "results" / "runs.jsonl"
 
@@ -144,7 +146,7 @@ def run_metrics(
         scores_path = folder / f"{run.prefix}.dev.scores.tsv"
         if scores_path.is_file():
             scores = aligned(scores_path, entries, read_scores_tsv)
-            summary = evaluation_summary(questions, predictions, scores, documents)
+            summary = research_summary(questions, predictions, scores, documents)
             row |= {k: v for k, v in summary.items() if k in row}
             if not documents:  # without the corpus every question falls in "no document"
                 row["place_in_document_accuracy"] = row["place_not_in_document_accuracy"] = math.nan

@@ -51,8 +51,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "time_to_accuracy.jsonl"
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))  # research.py
 
-from utils import cpu_name  # noqa: E402
+from research import cpu_name  # noqa: E402
 
 
 def epochs_done(log: Path) -> int:

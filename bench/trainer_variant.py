@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import run  # noqa: E402
 from dataset import ORDERS, CharCorruptionDataset, NameDataset, _batches  # noqa: E402
+from utils import find_data_file  # noqa: E402
 
 
 class MixedDataset(torch.utils.data.Dataset):
@@ -63,7 +64,7 @@ def mixing_trainer(questions_path: str) -> type:
     class MixingTrainer(run.Trainer):
         def __init__(self, model, dataset, config, *args, **kwargs):
             if isinstance(dataset, CharCorruptionDataset):
-                questions = NameDataset(dataset, run.find_data_file(questions_path, "--mix_questions file"))
+                questions = NameDataset(dataset, find_data_file(questions_path, "--mix_questions file"))
                 dataset = MixedDataset(dataset, questions)
                 print(f"pretraining on {len(dataset.corpus)} documents and {len(questions)} questions per epoch")
             super().__init__(model, dataset, config, *args, **kwargs)
@@ -81,13 +82,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--decay", choices=["matmul", "all_but_biases"], default=None)
     p.add_argument("--mix_questions", default=None, metavar="TSV")
     args = p.parse_args(argv[:at])
-    for preset in run.PRESETS.values():
-        for key in ("order", "decay"):
-            if getattr(args, key) is not None:
-                preset["pretrain"][key] = getattr(args, key)
+    command = argv[at + 1 :]
+    if command[:1] == ["pretrain"]:  # the variants change pretraining only
+        command += [f"--{key}={getattr(args, key)}" for key in ("order", "decay") if getattr(args, key) is not None]
     if args.mix_questions:
         run.Trainer = mixing_trainer(args.mix_questions)
-    return run.main(argv[at + 1 :])
+    return run.main(command)
 
 
 if __name__ == "__main__":

@@ -150,7 +150,9 @@ def make_model(cfg: DemoConfig, vocab_size: int) -> GPT:
         raise UserError(f"--n_embd {cfg.n_embd} must be divisible by --n_head {cfg.n_head}")
     seed_everything(cfg.seed)
     p = cfg.dropout
-    return GPT(GPTConfig(vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd, p, p, p))
+    model = GPT(GPTConfig(vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd, p, p, p))
+    model.set_impl("fast")  # the path run.py trains and answers on, and the Trainer's default
+    return model
 
 
 def train(model: GPT, train_set: CharDataset, cfg: DemoConfig, device: torch.device) -> list[float]:

@@ -491,82 +491,121 @@ def train(
     model ends up holding the weights of the epoch with the best val exact-match
     (ties: the later epoch); on_best(model, summary) is called each time val
     improves (the CLI saves params there). Returns a summary dict.
+
+    Not trainer.Trainer: that loop trains a model(x, y) -> (logits, loss) by a token-counted
+    cosine; this one trains an encoder-decoder on (src, tgt) by steps and keeps its best val epoch.
     """
     src, tgt = train_data
     device = src.device
     gen = torch.Generator().manual_seed(tcfg.seed)
-    # The last partial batch is dropped (a fresh permutation each epoch covers
-    # it next time): a batch of a handful of examples would be a noisy step.
-    steps_per_epoch = max(1, src.size(0) // tcfg.batch_size)
-    total_steps = steps_per_epoch * tcfg.epochs
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(tcfg, total_steps))
-    writer = None
-    if logdir is not None:
-        from torch.utils.tensorboard import SummaryWriter  # slow import, only when logging
-
-        writer = SummaryWriter(log_dir=str(logdir))
-        writer.add_text(
-            "config", "```\n" + json.dumps({"model": asdict(model.cfg), "train": asdict(tcfg)}, indent=2) + "\n```"
-        )
-
+    optimizer, scheduler = optimizer_and_schedule(model, tcfg, src.size(0))
+    writer = open_writer(logdir, model, tcfg)
     best = {"val_exact_match": -1.0}
     best_state = None
     step = 0
     t0, cpu0 = time.perf_counter(), time.process_time()
     bar = tqdm(range(tcfg.epochs), desc="epochs", disable=not progress)
     for epoch in bar:
-        model.train()
         perm = torch.randperm(src.size(0), generator=gen).to(device)
-        loss_sum = torch.zeros((), device=device)  # summed on-device: no sync per step
-        for i in range(steps_per_epoch):
-            idx = perm[i * tcfg.batch_size : (i + 1) * tcfg.batch_size]
-            loss = sequence_loss(model, src[idx], tgt[idx], tcfg.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            loss_sum += loss.detach()
-            if tcfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            if writer is not None and step % 10 == 0:
-                writer.add_scalar("train/loss", loss.item(), step)
-                writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
-        train_loss = loss_sum.item() / steps_per_epoch
-        model.eval()
-        with torch.no_grad():
-            val_loss = sequence_loss(model, *val_data).item()
-        scores = evaluate(model, *val_data)
-        if writer is not None:
-            writer.add_scalar("train/epoch_loss", train_loss, step)
-            writer.add_scalar("val/loss", val_loss, step)
-            writer.add_scalar("val/exact_match", scores["exact_match"], step)
-            writer.add_scalar("val/token_accuracy", scores["token_accuracy"], step)
+        train_loss, step = train_epoch(model, (src, tgt), perm, optimizer, scheduler, tcfg, writer, step)
+        val_loss, scores = validate(model, val_data, writer, step, train_loss)
         bar.set_postfix(loss=f"{train_loss:.4f}", val_em=f"{scores['exact_match']:.4f}")
         if progress:
-            tqdm.write(
-                f"epoch {epoch + 1}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
-                f"val exact-match {scores['exact_match']:.4f}, {time.perf_counter() - t0:.0f}s"
-            )
+            tqdm.write(epoch_line(epoch, train_loss, val_loss, scores, time.perf_counter() - t0))
         if scores["exact_match"] >= best["val_exact_match"]:
-            best = {
-                "val_exact_match": scores["exact_match"],
-                "val_token_accuracy": scores["token_accuracy"],
-                "epoch": epoch + 1,
-            }
+            best = {"val_exact_match": scores["exact_match"], "val_token_accuracy": scores["token_accuracy"]}
+            best["epoch"] = epoch + 1
             best_state = copy.deepcopy(model.state_dict())
             if on_best is not None:
                 on_best(model, best)
     train_seconds = time.perf_counter() - t0
-    # CPU seconds of this process (all its threads): unlike wall time, they do
-    # not grow when other jobs share the machine.
-    cpu_seconds = time.process_time() - cpu0
+    cpu_seconds = time.process_time() - cpu0  # all threads': unlike wall time, not grown by other jobs
     if writer is not None:
         writer.close()
     if best_state is not None:
         model.load_state_dict(best_state)
     return {**best, "epochs": tcfg.epochs, "steps": step, "train_seconds": train_seconds, "cpu_seconds": cpu_seconds}
+
+
+def open_writer(logdir: str | Path | None, model: AddSubTransformer, tcfg: TrainConfig):
+    """A TensorBoard SummaryWriter at `logdir` holding both configs, or None without a logdir."""
+    if logdir is None:
+        return None
+    from torch.utils.tensorboard import SummaryWriter  # slow import, only when logging
+
+    writer = SummaryWriter(log_dir=str(logdir))
+    writer.add_text(
+        "config", "```\n" + json.dumps({"model": asdict(model.cfg), "train": asdict(tcfg)}, indent=2) + "\n```"
+    )
+    return writer
+
+
+def epoch_line(epoch: int, train_loss: float, val_loss: float, scores: dict, seconds: float) -> str:
+    """What train prints after epoch `epoch` (counted from 0), `seconds` into training."""
+    return (
+        f"epoch {epoch + 1}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
+        f"val exact-match {scores['exact_match']:.4f}, {seconds:.0f}s"
+    )
+
+
+def optimizer_and_schedule(
+    model: AddSubTransformer, tcfg: TrainConfig, n_examples: int
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW and its per-step schedule (lr_lambda) over tcfg.epochs epochs of n_examples examples."""
+    # The last partial batch is dropped (a fresh permutation each epoch covers
+    # it next time): a batch of a handful of examples would be a noisy step.
+    steps_per_epoch = max(1, n_examples // tcfg.batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(tcfg, steps_per_epoch * tcfg.epochs))
+
+
+def validate(
+    model: AddSubTransformer, val_data: tuple[torch.Tensor, torch.Tensor], writer, step: int, train_loss: float
+) -> tuple[float, dict]:
+    """The val loss and evaluate's scores on val_data (src (N, 9), tgt (N, 5)), logged with the epoch's train loss."""
+    model.eval()
+    with torch.no_grad():
+        val_loss = sequence_loss(model, *val_data).item()
+    scores = evaluate(model, *val_data)
+    if writer is not None:
+        writer.add_scalar("train/epoch_loss", train_loss, step)
+        writer.add_scalar("val/loss", val_loss, step)
+        writer.add_scalar("val/exact_match", scores["exact_match"], step)
+        writer.add_scalar("val/token_accuracy", scores["token_accuracy"], step)
+    return val_loss, scores
+
+
+def train_epoch(
+    model: AddSubTransformer,
+    data: tuple[torch.Tensor, torch.Tensor],
+    perm: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    tcfg: TrainConfig,
+    writer,
+    step: int,
+) -> tuple[float, int]:
+    """One epoch over data (src (N, 9), tgt (N, 5)) in the order `perm` (N,), whole batches only;
+    returns the epoch's mean loss and the step count after it."""
+    src, tgt = data
+    steps_per_epoch = max(1, src.size(0) // tcfg.batch_size)
+    model.train()
+    loss_sum = torch.zeros((), device=src.device)  # summed on-device: no sync per step
+    for i in range(steps_per_epoch):
+        idx = perm[i * tcfg.batch_size : (i + 1) * tcfg.batch_size]
+        loss = sequence_loss(model, src[idx], tgt[idx], tcfg.label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        loss_sum += loss.detach()
+        if tcfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        if writer is not None and step % 10 == 0:
+            writer.add_scalar("train/loss", loss.item(), step)
+            writer.add_scalar("train/lr", scheduler.get_last_lr()[0], step)
+    return loss_sum.item() / steps_per_epoch, step
 
 
 # ---------------------------------------------------------------------------
@@ -653,61 +692,74 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> None:
+    """Do what args.command says: data, train, evaluate or ask."""
     if args.command == "data":
         counts = write_splits(args.data_dir, args.seed)
         print(f"wrote {args.data_dir}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-
     elif args.command == "train":
-        cfg, tcfg = _pick(AddSubConfig, args), _pick(TrainConfig, args)
-        check_settings(cfg, tcfg)
-        check_output_file(args.outputs_path, "--outputs_path")
-        check_output_file(f"{args.outputs_path}.json", "--outputs_path's sidecar")
-        splits = {f"--data_dir's {s}.txt": Path(args.data_dir) / f"{s}.txt" for s in ("train", "val")}
-        refuse_same_file(
-            {"--outputs_path": args.outputs_path, "--outputs_path's sidecar": f"{args.outputs_path}.json"}, splits
-        )
-        device = pick_device(args.device)
-        data = {s: tuple(t.to(device) for t in load_split(args.data_dir, s)) for s in ("train", "val")}
-        torch.manual_seed(tcfg.seed)
-        model = AddSubTransformer(cfg).to(device)
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{n_params:,} parameters on {device}; train {len(data['train'][0])}, val {len(data['val'][0])}")
-        run_dir = Path(args.logdir) / time.strftime("%Y%m%d-%H%M%S")
-        extra = {"train": asdict(tcfg)}
-
-        def on_best(m, best):
-            save_params(args.outputs_path, m, {**extra, "best": best})
-
-        summary = train(model, data["train"], data["val"], tcfg, run_dir, on_best, progress=not args.no_progress)
-        save_params(args.outputs_path, model, {**extra, "best": summary})
-        print(
-            f"best val exact-match {summary['val_exact_match']:.4f} (epoch {summary['epoch']}), "
-            f"{summary['train_seconds']:.0f}s; wrote {args.outputs_path}, logs in {run_dir}"
-        )
-
+        run_train(args)
     elif args.command == "evaluate":
-        if args.split not in SPLITS:
-            raise UserError(f"unknown split {args.split!r}; choose one of {', '.join(SPLITS)}")
-        device = pick_device(args.device)
-        model = load_params(args.reading_params_path, device)
-        src, tgt = (t.to(device) for t in load_split(args.data_dir, args.split))
-        s = evaluate(model, src, tgt)
-        print(
-            f"{args.split}: exact-match {s['exact_match']:.4f} "
-            f"({round(s['exact_match'] * s['n'])}/{s['n']}), token accuracy {s['token_accuracy']:.4f}"
-        )
-
+        run_evaluate(args)
     elif args.command == "ask":
-        a, op, b = parse_expression(args.expression)
-        model = load_params(args.reading_params_path)
-        src = torch.tensor([encode(expression_text(a, op, b)[0])])
-        answer = decode(model.generate(src)[0].tolist())
-        m = re.fullmatch(r"BOS (POSITIVE|NEGATIVE) ([0-9]{2}) EOS", answer)
-        if m is None:
-            print(f"{answer}  (not a well-formed answer)")
-        else:
-            value = int(m.group(2)) * (-1 if m.group(1) == "NEGATIVE" else 1)
-            print(f"{answer}  ({a} {'+' if op == 'add' else '-'} {b} = {value})")
+        run_ask(args)
+
+
+def run_train(args: argparse.Namespace) -> None:
+    """addsub.py train: train a model on the train split, keep its best val epoch in --outputs_path."""
+    cfg, tcfg = _pick(AddSubConfig, args), _pick(TrainConfig, args)
+    check_settings(cfg, tcfg)
+    check_output_file(args.outputs_path, "--outputs_path")
+    check_output_file(f"{args.outputs_path}.json", "--outputs_path's sidecar")
+    splits = {f"--data_dir's {s}.txt": Path(args.data_dir) / f"{s}.txt" for s in ("train", "val")}
+    refuse_same_file(
+        {"--outputs_path": args.outputs_path, "--outputs_path's sidecar": f"{args.outputs_path}.json"}, splits
+    )
+    device = pick_device(args.device)
+    data = {s: tuple(t.to(device) for t in load_split(args.data_dir, s)) for s in ("train", "val")}
+    torch.manual_seed(tcfg.seed)
+    model = AddSubTransformer(cfg).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{n_params:,} parameters on {device}; train {len(data['train'][0])}, val {len(data['val'][0])}")
+    run_dir = Path(args.logdir) / time.strftime("%Y%m%d-%H%M%S")
+    extra = {"train": asdict(tcfg)}
+
+    def on_best(m, best):
+        save_params(args.outputs_path, m, {**extra, "best": best})
+
+    summary = train(model, data["train"], data["val"], tcfg, run_dir, on_best, progress=not args.no_progress)
+    save_params(args.outputs_path, model, {**extra, "best": summary})
+    print(
+        f"best val exact-match {summary['val_exact_match']:.4f} (epoch {summary['epoch']}), "
+        f"{summary['train_seconds']:.0f}s; wrote {args.outputs_path}, logs in {run_dir}"
+    )
+
+
+def run_evaluate(args: argparse.Namespace) -> None:
+    """addsub.py evaluate: exact-match and token accuracy of greedy answers on one split."""
+    if args.split not in SPLITS:
+        raise UserError(f"unknown split {args.split!r}; choose one of {', '.join(SPLITS)}")
+    device = pick_device(args.device)
+    model = load_params(args.reading_params_path, device)
+    src, tgt = (t.to(device) for t in load_split(args.data_dir, args.split))
+    s = evaluate(model, src, tgt)
+    print(
+        f"{args.split}: exact-match {s['exact_match']:.4f} "
+        f"({round(s['exact_match'] * s['n'])}/{s['n']}), token accuracy {s['token_accuracy']:.4f}"
+    )
+
+
+def run_ask(args: argparse.Namespace) -> None:
+    """addsub.py ask: the model's answer to one expression, and its value where it is well formed."""
+    a, op, b = parse_expression(args.expression)
+    model = load_params(args.reading_params_path)
+    src = torch.tensor([encode(expression_text(a, op, b)[0])])
+    answer = decode(model.generate(src)[0].tolist())
+    m = re.fullmatch(r"BOS (POSITIVE|NEGATIVE) ([0-9]{2}) EOS", answer)
+    if m is None:
+        print(f"{answer}  (not a well-formed answer)")
+    else:
+        value = int(m.group(2)) * (-1 if m.group(1) == "NEGATIVE" else 1)
+        print(f"{answer}  ({a} {'+' if op == 'add' else '-'} {b} = {value})")
 
 
 def main(argv: list[str] | None = None) -> int:

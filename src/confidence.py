@@ -26,19 +26,16 @@ first; ties keep their input order):
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dataset import MASK_CHAR, Question, Vocabulary, read_text
-from utils import UserError
+from dataset import MASK_CHAR, Question, Vocabulary
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
@@ -209,7 +206,7 @@ def selective_metrics(mean_logprobs: Sequence[float], correct: Sequence[bool]) -
 
 
 # ---------------------------------------------------------------------------
-# Recall or guess: is the gold place in the person's pretraining document?
+# Whose question is it?
 
 
 def person_name(question: str) -> str | None:
@@ -218,62 +215,22 @@ def person_name(question: str) -> str | None:
     return m.group(1) if m else None
 
 
-def place_in_document(questions: Sequence[Question], documents: Sequence[str]) -> list[bool | None]:
-    """For each question: whether its gold place occurs in the person's pretraining document.
-
-    A person's documents are the corpus lines starting with their name and a
-    full stop ("Ada Lovelace. ..."); the place may occur in any of them. None
-    when no document is found (or the question names no one).
-    """
-    docs = sorted(documents)
-    out: list[bool | None] = []
-    for q in questions:
-        name = person_name(q.text)
-        if name is None or q.place is None:
-            out.append(None)
-            continue
-        prefix = name + "."
-        i = bisect.bisect_left(docs, prefix)
-        mine = []
-        while i < len(docs) and docs[i].startswith(prefix):
-            mine.append(docs[i])
-            i += 1
-        out.append(any(q.place in d for d in mine) if mine else None)
-    return out
-
-
-RECALL_GROUPS = {True: "place_in_document", False: "place_not_in_document", None: "no_document"}
-
-
-def recall_split(in_document: Sequence[bool | None], correct: Sequence[bool]) -> dict[str, float]:
-    """Count and accuracy of the questions whose place is / is not in the person's document / have none.
-
-    Keys `<group>_count` and `<group>_accuracy` (nan for an empty group).
-    """
-    metrics: dict[str, float] = {}
-    for key, group in RECALL_GROUPS.items():
-        hits = [ok for d, ok in zip(in_document, correct, strict=True) if d is key]
-        metrics[f"{group}_count"] = float(len(hits))
-        metrics[f"{group}_accuracy"] = sum(hits) / len(hits) if hits else math.nan
-    return metrics
-
-
 # ---------------------------------------------------------------------------
 # Putting it together for `evaluate`, `ask` and the report
 
 
 def evaluation_summary(
-    questions: Sequence[Question], predictions: Sequence[str], scores: Sequence[AnswerScore], documents: Sequence[str]
+    questions: Sequence[Question], predictions: Sequence[str], scores: Sequence[AnswerScore]
 ) -> dict[str, float]:
-    """Every confidence metric of answers to questions with gold places: selective metrics and the recall split."""
+    """The accuracy and selective metrics of answers to questions with gold places."""
     correct = [p == q.place for p, q in zip(predictions, questions, strict=True)]
     metrics = {"accuracy": sum(correct) / len(correct)}
     metrics |= selective_metrics([s.mean_logprob for s in scores], correct)
-    metrics |= recall_split(place_in_document(questions, documents), correct)
     return metrics
 
 
 def percent(x: float) -> str:
+    """x as a percentage with one decimal, "-" for nan (an empty group)."""
     return "-" if math.isnan(x) else f"{x * 100:.1f}%"
 
 
@@ -285,13 +242,6 @@ def format_summary(m: dict[str, float]) -> str:
     ]
     lines.append(f"  area under the accuracy-coverage curve: {m['coverage_auc']:.3f}")
     lines.append(f"  expected calibration error ({ECE_BINS} bins of exp(mean logprob)): {m['ece']:.3f}")
-    lines.append("Accuracy by whether the gold place occurs in the person's pretraining document:")
-    for group, label in (
-        ("place_in_document", "place in document"),
-        ("place_not_in_document", "place not in document"),
-        ("no_document", "no document found"),
-    ):
-        lines.append(f"  {label}: {percent(m[f'{group}_accuracy'])} of {int(m[f'{group}_count'])} questions")
     return "\n".join(lines)
 
 
@@ -308,24 +258,6 @@ def scores_tsv(entries: Sequence[Question | None], scores: Sequence[AnswerScore]
         answer = "" if s is None else re.sub(r"[\t\n\r]", " ", s.answer)
         lines.append(f"{answer}\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" if s is not None else "")
     return "".join(line + "\n" for line in lines)
-
-
-def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:
-    """Read a file written by `scores_tsv`: one entry per line, None for a blank line."""
-    lines = read_text(path).split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line
-    out: list[AnswerScore | None] = []
-    for n, line in enumerate(lines, start=1):
-        if not line:
-            out.append(None)
-            continue
-        fields = line.split("\t")
-        try:
-            out.append(AnswerScore(fields[0], float(fields[1]), float(fields[2]), 0))
-        except (IndexError, ValueError):
-            raise UserError(f"{path}:{n}: expected 'prediction<TAB>logprob<TAB>mean_logprob', got {line!r}") from None
-    return out
 
 
 def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[AnswerScore]) -> str:

@@ -157,7 +157,7 @@ def shared_prefix_length(tokens: torch.Tensor, lengths: torch.Tensor) -> int:
 
 
 def next_logits_fn(model: GPT):
-    """next_logits for greedy_decode_batch, with KV caches (both variants: see GPT.new_caches).
+    """next_logits for greedy_decode_batch, with KV caches (every variant: see GPT.new_caches).
 
     Dropping a finished row from the caches copies every other row's keys and
     values, so rows stay in the caches after they finish, decoding a PAD at

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, Dropout, KVCache
 
+VARIANTS = ("vanilla", "perceiver", "rope")
+
 
 @dataclass
 class GPTConfig:
@@ -30,9 +32,12 @@ class GPTConfig:
     embd_pdrop: float = 0.1
     resid_pdrop: float = 0.1
     attn_pdrop: float = 0.1
-    perceiver: bool = False  # the 2023 handout's variant
-    bottleneck_dim: int = 32
-    rope: bool = False  # the 2024 handout's variant
+    variant: str = "vanilla"  # one of VARIANTS: vanilla, perceiver (the 2023 handout) or rope (the 2024 handout)
+    bottleneck_dim: int = 32  # the perceiver's bottleneck length m
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
 
 
 def mlp(config: GPTConfig) -> nn.Sequential:
@@ -53,7 +58,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
         self.attn = CausalSelfAttention(
-            config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, rope=config.rope
+            config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, rope=config.variant == "rope"
         )
         self.mlp = mlp(config)
 
@@ -147,14 +152,13 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        assert not (config.perceiver and config.rope), "perceiver and rope are separate variants"
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        if not config.rope:  # rope places tokens by rotating queries and keys instead
+        if config.variant != "rope":  # rope places tokens by rotating queries and keys instead
             # Zero-initialised like the handout's (minGPT's) position table.
             self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = Dropout(config.embd_pdrop)
-        if config.perceiver:
+        if config.variant == "perceiver":
             self.down_block = DownProjectBlock(config)
             self.blocks = nn.Sequential(*[Block(config, config.bottleneck_dim) for _ in range(config.n_layer - 2)])
             self.up_block = UpProjectBlock(config)
@@ -175,6 +179,7 @@ class GPT(nn.Module):
             module.weight.data.fill_(1.0)
 
     def get_block_size(self) -> int:
+        """The longest sequence the model reads (the handout's accessor)."""
         return self.config.block_size
 
     def set_impl(self, impl: str) -> None:
@@ -193,21 +198,22 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)  # (B, T, C)
         if caches is None:
             assert t <= self.config.block_size, "sequence longer than block_size"
-            if not self.config.rope:
+            if self.config.variant != "rope":
                 x = x + self.pos_emb[:, :t, :]  # (1, T, C)
         else:  # each row continues from its own cached length
             positions = caches[0].positions(b, t, idx.device)  # (B, T)
             assert int(positions.max()) < self.config.block_size, "sequence longer than block_size"
-            if not self.config.rope:
+            if self.config.variant != "rope":
                 x = x + self.pos_emb[0][positions]  # (B, T, C)
         x = self.drop(x)
-        if self.config.perceiver and caches is not None:
+        perceiver = self.config.variant == "perceiver"
+        if perceiver and caches is not None:
             down, *middle, up = caches
             y = self.down_block.forward_cached(x, positions, down)  # (B, T, C): new bottleneck entries
             for block, cache in zip(self.blocks, middle, strict=True):
                 y = block(y, cache)
             x = self.up_block.forward_cached(y, x, positions, up)
-        elif self.config.perceiver:
+        elif perceiver:
             y = self.down_block(x)  # (B, m, C)
             y = self.blocks(y)
             x = self.up_block(y, x)  # (B, T, C)
@@ -224,7 +230,7 @@ class GPT(nn.Module):
 
     def new_caches(self) -> list[KVCache]:
         """Empty KV caches for decoding: one per block (perceiver: inputs, each bottleneck block, bottleneck outputs)."""
-        if self.config.perceiver:
+        if self.config.variant == "perceiver":
             m = self.config.bottleneck_dim
             return [KVCache(self.config.block_size), *[KVCache(m) for _ in self.blocks], KVCache(m)]
         return [KVCache(self.config.block_size) for _ in self.blocks]

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from utils import bf16_supported
 
-if TYPE_CHECKING:
-    from trainer import TrainerConfig
+
+class OptimizerSettings(Protocol):
+    """The settings make_optimizer reads (trainer.TrainerConfig has them all)."""
+
+    optimizer: str  # "adamw" or "muon"
+    decay: str  # "matmul" or "all_but_biases"
+    learning_rate: float
+    betas: tuple[float, float]
+    weight_decay: float
+    impl: str  # "fast" or "reference"
+    bf16: bool
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -127,7 +136,7 @@ class MuonAdamW:
         self.adamw.load_state_dict(state["adamw"])
 
 
-def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW | MuonAdamW:
+def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.optim.AdamW | MuonAdamW:
     """AdamW with weight decay on matmul weights only (config.optimizer "adamw", the handout's), or
     Muon for the hidden layers' matmul weights and that AdamW for the rest ("muon").
 
@@ -137,7 +146,7 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes
     every nn.Linear weight except the output layer `head`, which, like the embeddings, stays
     with AdamW as Muon's authors advise.
-    Frozen parameters (requires_grad False, see GPT.freeze_lower) are in neither.
+    Frozen parameters (requires_grad False) are in neither.
     """
     linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import torch
 
 from confidence import person_name
-from dataset import MASK_CHAR, PAD_CHAR, Question, Vocabulary
+from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions
 from decode import continue_text
 from model import GPT
 from utils import UserError
@@ -42,7 +43,7 @@ ANSWER_ROOM = 16  # characters kept free for MASK, the place and its closing MAS
 def default_recite_chars(model: GPT) -> int:
     """RECITE_CHARS, or what the perceiver's bottleneck leaves: its outputs read only the first m inputs,
     so recitation and answer must both end within them."""
-    if model.config.perceiver:
+    if model.config.variant == "perceiver":
         return max(1, model.config.bottleneck_dim - ANSWER_ROOM)
     return RECITE_CHARS
 
@@ -55,7 +56,7 @@ def check_recite_chars(chars: int, model: GPT, places: list[str]) -> None:
     # The block holds the whole example; the perceiver's last prediction (the closing MASK, made at
     # the place's last character) must still read every input before it through the bottleneck.
     most, what = config.block_size - 2 - longest, f"the block of {config.block_size}"
-    if config.perceiver:
+    if config.variant == "perceiver":
         most = min(most, config.bottleneck_dim - 1 - longest)
         what = f"the perceiver's bottleneck, which reads only the first {config.bottleneck_dim} characters,"
     if not 1 <= chars <= most:
@@ -127,3 +128,20 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
     if file_sha256(path) != link["sha256"]:
         raise UserError(f"{reader_path}: recites with {path}, which has changed since the reader was finetuned")
     return path
+
+
+def reader_dataset(
+    corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device
+) -> NameDataset:
+    """finetune --recite: the training questions of `path` with the recitations (`chars` characters) of
+    `model`, which holds the pretrained params now and becomes the reader, in place of their text."""
+    questions = [q for q in read_questions(path, require_place=True) if q is not None]
+    check_recite_chars(chars, model, [q.place for q in questions])
+    t0 = time.time()
+    recitations = recite(model, corpus.vocab, questions, chars, device, str(path))
+    share = place_in_recitation(questions, recitations)
+    print(
+        f"recited {len(questions)} training people in {time.time() - t0:.1f} s ({chars} characters "
+        f"each); the place is in {share:.1%} of the recitations"
+    )
+    return NameDataset(corpus, reader_questions(questions, recitations))

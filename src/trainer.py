@@ -1,5 +1,6 @@
 """The training loop. It knows nothing about GPTs: any model whose forward
-returns (logits, loss) and any dataset of (x, y) pairs will do."""
+returns (logits, loss) will do. The dataset yields (x, y) pairs; on the fast
+path it also batches them itself (`epoch_batches`, see Trainer)."""
 
 from __future__ import annotations
 
@@ -223,85 +224,112 @@ class Trainer:
 
         Raises TrainingInterrupted, after writing a checkpoint, if stop_requested is set.
         """
-        model, cfg = self.forward_model, self.config
-        model.train()
-        use_bf16 = cfg.impl == "fast" and cfg.bf16
-        example_length = getattr(self.train_dataset, "example_length", None)
-        n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
-        quiet = self.rank != 0
-        last_tick = self.clock()
+        self.forward_model.train()
+        n_batches = math.ceil(len(self.train_dataset) / self.config.batch_size)
+        self.last_tick = self.clock()
         projected = False  # the time projection is printed once, after this process's first whole epoch
-        while self.epoch < cfg.max_epochs and not self.finished():
+        while self.epoch < self.config.max_epochs and not self.finished():
             t0, seconds_at_start, whole_epoch = time.time(), self.seconds, self.batch_in_epoch == 0
-            desc = f"epoch {self.epoch + 1}/{cfg.max_epochs}"
-            batches = self.batches(self.epoch, skip=self.batch_in_epoch)
-            bar = tqdm(batches, total=n_batches, initial=self.batch_in_epoch, desc=desc, leave=False, disable=quiet)
-            for x, y in bar:
-                global_rows = x.size(0)
-                if global_rows < self.world_size:
-                    continue  # a last batch too small to give every rank a row: skipped by all ranks alike
-                x = x[self.rank :: self.world_size].to(self.device)
-                y = y[self.rank :: self.world_size].to(self.device)
-                with autocast(self.device, use_bf16):
-                    _, loss = model(x, y)
-                model.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip)
-                self.optimizer.step()
-                self.step += 1
-                self.batch_in_epoch += 1
-                now = self.clock()
-                self.seconds, last_tick = self.seconds + now - last_tick, now
-                if cfg.budget_seconds is not None and self.world_size > 1:
-                    self.seconds = self.slowest_rank_seconds()  # every rank must stop at the same step
-                lr = cfg.learning_rate
-                if cfg.lr_decay:
-                    # As in the handout, the rate is updated after the step from the tokens seen so far.
-                    self.tokens += global_rows * (example_length or y.size(1))
-                    multiplier = lr_multiplier(self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
-                    lr = cfg.learning_rate * multiplier
-                    for group in self.optimizer.param_groups:
-                        group["lr"] = lr
-                if self.world_size > 1:  # log the mean over ranks: the loss of the whole global batch
-                    loss = loss.detach().clone()
-                    dist.all_reduce(loss)  # a sum (gloo has no average)
-                    loss /= self.world_size
-                self.losses.append(loss.item())
-                if not quiet:
-                    self.log("train/loss", self.losses[-1], self.step)
-                    self.log("train/lr", lr, self.step)
-                    self.log("train/tokens_seen", self.tokens, self.step)
-                    bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{lr:.2e}")
-                    self.early_estimate(n_batches)
-                if self.stop_requested:
-                    self.save_checkpoint()
-                    raise TrainingInterrupted(cfg.ckpt_path)
-                if cfg.ckpt_every and self.step % cfg.ckpt_every == 0:
-                    self.save_checkpoint()
-                if self.finished():
-                    break
-            else:  # the epoch ran to its end
-                self.epoch += 1
-                self.batch_in_epoch = 0
-            seconds = time.time() - t0
+            desc = f"epoch {self.epoch + 1}/{self.config.max_epochs}"
+            self.train_epoch(desc, n_batches)
             ran_whole = whole_epoch and self.batch_in_epoch == 0
-            first_whole_epoch = ran_whole and not projected
-            plan = None
-            if ran_whole:
-                self.epoch_seconds.append(self.seconds - seconds_at_start)  # the same on every rank: shared seconds
-            if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None:
-                plan = self.fit_to_budget(float(np.median(self.epoch_seconds[-PACE_EPOCHS:])))
-            if not quiet and self.losses:
-                self.log("train/epoch_seconds", seconds, self.epoch)
-                tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
-                if first_whole_epoch:
-                    projected = True
-                    if plan or self.epoch < cfg.max_epochs:  # nothing to project after the last epoch
-                        tqdm.write(plan or self.projection(self.seconds - seconds_at_start))
-                elif plan:
-                    tqdm.write(plan)
+            projected = self.end_epoch(desc, time.time() - t0, self.seconds - seconds_at_start, ran_whole, projected)
         self.save_checkpoint()
         return self.losses
+
+    def train_epoch(self, desc: str, n_batches: int) -> None:
+        """Train the current epoch from batch `batch_in_epoch` to its end, or until finished()."""
+        batches = self.batches(self.epoch, skip=self.batch_in_epoch)
+        quiet = self.rank != 0
+        bar = tqdm(batches, total=n_batches, initial=self.batch_in_epoch, desc=desc, leave=False, disable=quiet)
+        for x, y in bar:
+            if x.size(0) < self.world_size:
+                continue  # a last batch too small to give every rank a row: skipped by all ranks alike
+            loss = self.optimize(x, y)
+            self.step += 1
+            self.batch_in_epoch += 1
+            self.tick()
+            lr = self.schedule(x.size(0) * (getattr(self.train_dataset, "example_length", None) or y.size(1)))
+            self.losses.append(self.mean_over_ranks(loss))
+            if not quiet:
+                self.log("train/loss", self.losses[-1], self.step)
+                self.log("train/lr", lr, self.step)
+                self.log("train/tokens_seen", self.tokens, self.step)
+                bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{lr:.2e}")
+                self.early_estimate(n_batches)
+            self.checkpoint_if_due()
+            if self.finished():
+                return
+        self.epoch += 1
+        self.batch_in_epoch = 0
+
+    def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on this rank's rows of the global batch x, y (B, T); returns the loss."""
+        x = x[self.rank :: self.world_size].to(self.device)
+        y = y[self.rank :: self.world_size].to(self.device)
+        with autocast(self.device, self.config.impl == "fast" and self.config.bf16):
+            _, loss = self.forward_model(x, y)
+        self.forward_model.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.forward_model.parameters(), self.config.grad_norm_clip)
+        self.optimizer.step()
+        return loss
+
+    def tick(self) -> None:
+        """Add the time since the last tick to `seconds` (on every rank the slowest rank's, under a budget)."""
+        now = self.clock()
+        self.seconds, self.last_tick = self.seconds + now - self.last_tick, now
+        if self.config.budget_seconds is not None and self.world_size > 1:
+            self.seconds = self.slowest_rank_seconds()  # every rank must stop at the same step
+
+    def schedule(self, tokens: int) -> float:
+        """Count the step's `tokens` and set the learning rate they lead to; returns it."""
+        cfg = self.config
+        if not cfg.lr_decay:
+            return cfg.learning_rate
+        # As in the handout, the rate is updated after the step from the tokens seen so far.
+        self.tokens += tokens
+        lr = cfg.learning_rate * lr_multiplier(self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def mean_over_ranks(self, loss: torch.Tensor) -> float:
+        """The loss of the whole global batch: the mean of every rank's."""
+        if self.world_size > 1:
+            loss = loss.detach().clone()
+            dist.all_reduce(loss)  # a sum (gloo has no average)
+            loss /= self.world_size
+        return loss.item()
+
+    def checkpoint_if_due(self) -> None:
+        """Write a checkpoint every ckpt_every steps; after a stop request, write one and raise TrainingInterrupted."""
+        if self.stop_requested:
+            self.save_checkpoint()
+            raise TrainingInterrupted(self.config.ckpt_path)
+        if self.config.ckpt_every and self.step % self.config.ckpt_every == 0:
+            self.save_checkpoint()
+
+    def end_epoch(self, desc: str, seconds: float, trained: float, ran_whole: bool, projected: bool) -> bool:
+        """After an epoch (or its part) that took `seconds`, `trained` of them training: re-plan to the
+        budget after a whole one and report; returns whether the time projection has been printed."""
+        cfg = self.config
+        plan = None
+        if ran_whole:
+            self.epoch_seconds.append(trained)  # the same on every rank: shared seconds
+        if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None:
+            plan = self.fit_to_budget(float(np.median(self.epoch_seconds[-PACE_EPOCHS:])))
+        if self.rank != 0 or not self.losses:
+            return projected
+        self.log("train/epoch_seconds", seconds, self.epoch)
+        tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {seconds:.1f} s")
+        if ran_whole and not projected:
+            if plan or self.epoch < cfg.max_epochs:  # nothing to project after the last epoch
+                tqdm.write(plan or self.projection(trained))
+            return True
+        if plan:
+            tqdm.write(plan)
+        return projected
 
     def fit_to_budget(self, epoch_seconds: float) -> str | None:
         """Plan max_epochs and the cosine's final_tokens to the budget at `epoch_seconds` per epoch,

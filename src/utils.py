@@ -1,5 +1,5 @@
 """Small shared helpers: user errors, device and precision, atomic file writes,
-seeding, sampling and greedy decoding, and the birth-place score."""
+safe outputs, seeding, and finding data files."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import contextlib
 import json
 import os
 import pickle
-import platform
 import random
 import secrets
 import stat
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -74,32 +74,6 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
     if enabled and bf16_supported(device):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
-    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", "flags", ...);
-    empty where there is no such file."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(path).read_text().splitlines():
-            if not line.strip():
-                break  # the first processor's block is enough
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
-def cpu_name() -> str:
-    """The CPU's model name, family and model numbers, its vector capability and whether it has bf16
-    matmuls, for benchmark records: speeds differ by CPU, and CPUs of one name may differ in all of
-    these (three machines here called themselves "AMD EPYC": one with AVX512-BF16, one with AVX2 only,
-    and "AMD EPYC [family 23, model 1] (AVX2, no bf16)", a first-generation Zen, half as fast again)."""
-    info = cpu_info()
-    name = info.get("model name", platform.processor() or platform.machine())
-    if "cpu family" in info and "model" in info:
-        name = f"{name} [family {info['cpu family']}, model {info['model']}]"
-    bf16 = "bf16" if bf16_supported(torch.device("cpu")) else "no bf16"
-    return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
 def seed_everything(seed: int) -> None:
@@ -260,3 +234,41 @@ def torch_load_safe(path: str | Path) -> object:
         raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
     except Exception:  # noqa: BLE001 - any other failure here is a bad file, not a bug
         raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_data_file(name: str | None, what: str) -> Path | None:
+    """`name` as given if it exists; a bare name missing here is looked up in data/ (and we say so)."""
+    if name is None:
+        return None
+    path = Path(name)
+    if path.exists():
+        if path.is_dir():
+            raise UserError(f"{name}: {what} is a folder, expected a file")
+        if not path.is_file():  # a FIFO without a writer would block the read forever
+            raise UserError(f"{name}: {what} is not a regular file (a FIFO, device or socket); give a file")
+        return path
+    candidate = REPO_ROOT / "data" / path.name
+    if path.parent == Path(".") and candidate.is_file():
+        print(f"{what}: {name} is not in the current folder; using {candidate}")
+        return candidate
+    hint = " (run the data step: python data/get_data.py)" if path.parent == Path(".") else ""
+    raise UserError(f"{name}: {what} not found{hint}")
+
+
+class ScalarWriter(Protocol):
+    """What the commands log to: a TensorBoard SummaryWriter, or NullWriter."""
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None: ...
+    def add_text(self, tag: str, text: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullWriter:
+    """Stands in for SummaryWriter on ranks other than 0."""
+
+    def add_scalar(self, *args: object, **kwargs: object) -> None: ...
+    def add_text(self, *args: object, **kwargs: object) -> None: ...
+    def close(self) -> None: ...

@@ -228,6 +228,25 @@ def test_params_of_another_bottleneck_are_refused_even_without_sidecar(tiny_corp
     one_line_error(capsys, "down_block.C")
 
 
+def test_evaluate_builds_the_model_its_params_sidecar_describes(tiny_corpus, tiny_dev_tsv):
+    pretrain("perceiver", tiny_corpus, "p.params", 3, "--bottleneck_dim", "16")
+    args = ["--reading_params_path", "p.params", "--eval_corpus_path", tiny_dev_tsv, "--outputs_path", "x.p"]
+    assert cli("evaluate", "perceiver", tiny_corpus, *args) == 0  # no sizes, no --bottleneck_dim
+
+
+def test_params_of_another_bottleneck_than_the_one_typed_are_refused(tiny_corpus, tiny_dev_tsv, capsys):
+    pretrain("perceiver", tiny_corpus, "p.params", 3, "--bottleneck_dim", "16")
+    capsys.readouterr()
+    assert evaluate("perceiver", tiny_corpus, "p.params", tiny_dev_tsv, "x.p", "--bottleneck_dim", "8") == 2
+    one_line_error(capsys, "bottleneck_dim is 16, this run needs 8")
+
+
+def test_the_params_sidecar_stores_the_model_config_as_used(tiny_corpus):
+    pretrain("rope", tiny_corpus, "p.params", 2, "--dropout", "0.2")
+    model = json.loads(Path("p.params.json").read_text(encoding="utf-8"))["model"]
+    assert (model["variant"], model["n_embd"], model["n_layer"], model["attn_pdrop"]) == ("rope", 32, 2, 0.2)
+
+
 def test_garbage_params_file_is_refused(tiny_corpus, tiny_dev_tsv, capsys):
     Path("junk.params").write_bytes(b"this is not a checkpoint")
     assert evaluate("vanilla", tiny_corpus, "junk.params", tiny_dev_tsv, "x.p") == 2
@@ -496,6 +515,12 @@ def test_an_explicit_optimizer_wins_over_every_preset():
     assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--optimizer", "adamw").optimizer == "adamw"
 
 
+def test_an_explicit_batch_order_and_decay_win_over_the_handout_preset():
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--order", "shuffled", "--decay", "matmul")
+    cfg = run.trainer_config(args, 2937)
+    assert (cfg.order, cfg.decay) == ("shuffled", "matmul")
+
+
 def test_a_retired_preset_is_refused_in_one_line_naming_its_replacement(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli("pretrain", "vanilla", "wiki.txt", "--preset", "cpu_fp32")
@@ -558,7 +583,7 @@ def test_an_unreadable_params_file_is_a_one_line_error_without_pytorchs_message(
 
 
 def test_ensemble_takes_each_questions_most_confident_answer(tiny_corpus, tiny_train_tsv, capsys):
-    from confidence import read_scores_tsv
+    from bench.research import read_scores_tsv
 
     finetune("vanilla", tiny_corpus, tiny_train_tsv, "a.params", None, 30, "--batch_size", "4", "--finetune_lr", "3e-3")
     finetune("rope", tiny_corpus, tiny_train_tsv, "b.params", None, 30, "--batch_size", "4", "--seed", "1")

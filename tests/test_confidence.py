@@ -14,6 +14,7 @@ from conftest import PEOPLE, TINY_MODEL
 
 import run
 from bench import agreement, report
+from bench.research import place_in_document, read_scores_tsv, recall_split, research_summary
 from confidence import (
     AnswerScore,
     accuracy_at_coverage,
@@ -23,13 +24,11 @@ from confidence import (
     evaluation_summary,
     expected_calibration_error,
     person_name,
-    place_in_document,
-    read_scores_tsv,
-    recall_split,
     score_answers,
     scores_tsv,
 )
 from dataset import MASK_CHAR, CharCorruptionDataset, Question, read_text
+from decode import predict
 
 CPU = torch.device("cpu")
 
@@ -98,7 +97,7 @@ def test_ece_weights_each_bin_by_its_share_of_answers():
 def test_answers_are_ranked_by_mean_not_summed_logprob():
     questions = [Question("Where was A born?", "Rio de Janeiro", 1), Question("Where was B born?", "Paris", 2)]
     scores = [AnswerScore("Rio de Janeiro", -3.0, -0.2, 15), AnswerScore("Rome", -2.5, -0.5, 5)]
-    summary = evaluation_summary(questions, ["Rio de Janeiro", "Rome"], scores, [])
+    summary = evaluation_summary(questions, ["Rio de Janeiro", "Rome"], scores)
     assert summary["accuracy_at_coverage_50"] == 1.0
 
 
@@ -130,6 +129,14 @@ def test_recall_split_counts_and_scores_each_group():
     split = recall_split([True, True, False, None], [True, False, False, True])
     assert split["place_in_document_count"] == 2 and split["place_in_document_accuracy"] == 0.5
     assert split["place_not_in_document_accuracy"] == 0.0 and split["no_document_accuracy"] == 1.0
+
+
+def test_the_research_summary_adds_the_recall_split_to_the_evaluation_summary():
+    questions = [Question("Where was A born?", "Rome", 1), Question("Where was B born?", "Paris", 2)]
+    scores = [AnswerScore("Rome", -1.0, -0.2, 5), AnswerScore("Rome", -2.0, -0.5, 5)]
+    summary = research_summary(questions, ["Rome", "Rome"], scores, ["A. Born in Rome.", "B. Born in Lyon."])
+    assert summary["coverage_auc"] == evaluation_summary(questions, ["Rome", "Rome"], scores)["coverage_auc"]
+    assert summary["place_in_document_accuracy"] == 1.0 and summary["place_not_in_document_accuracy"] == 0.0
 
 
 def test_recall_split_of_an_empty_group_is_nan():
@@ -205,7 +212,7 @@ def test_scores_do_not_depend_on_the_other_answers_in_the_batch(variant, tiny_co
 def test_beam_of_one_is_greedy_decoding(variant, tiny_corpus):
     model, ds = tiny_model(variant, tiny_corpus)
     question = "Where was Marie Curie born?"
-    (greedy,) = run.predict(model, ds.vocab, [question], "fast", CPU)
+    (greedy,) = predict(model, ds.vocab, [question], "fast", CPU)
     (best,) = beam_search(model, ds.vocab, question, CPU, beam=1)
     assert best.answer == greedy
 
@@ -251,10 +258,10 @@ def test_evaluate_with_places_prints_and_logs_selective_accuracy(tiny_corpus, ti
     params = save_tiny_params("vanilla", tiny_corpus)
     assert evaluate(tiny_corpus, params, tiny_dev_tsv) == 0
     out = capsys.readouterr().out
-    assert "coverage  50%" in out and "expected calibration error" in out and "place in document: " in out
+    assert "coverage  50%" in out and "expected calibration error" in out
     (eval_run,) = Path("expt/evaluate").iterdir()
     tags = set(EventAccumulator(str(eval_run)).Reload().Tags()["scalars"])
-    assert {"eval/accuracy_at_coverage_10", "eval/coverage_auc", "eval/ece", "eval/place_in_document_accuracy"} <= tags
+    assert {"eval/accuracy_at_coverage_10", "eval/coverage_auc", "eval/ece"} <= tags
 
 
 def ask(corpus: Path, params: str, *question: str) -> int:

@@ -115,22 +115,22 @@ class CourseGPT(nn.Module):
         super().__init__()
         self.c = c
         self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
-        if not c.rope:
+        if c.variant != "rope":
             self.pos_emb = nn.Parameter(torch.zeros(1, c.block_size, c.n_embd))
-        if c.perceiver:
+        if c.variant == "perceiver":
             self.down_block = CourseDownProjectBlock(c)
             self.blocks = nn.Sequential(*[CourseBlock(c, c.bottleneck_dim) for _ in range(c.n_layer - 2)])
             self.up_block = CourseUpProjectBlock(c)
         else:
-            self.blocks = nn.Sequential(*[CourseBlock(c, c.block_size, c.rope) for _ in range(c.n_layer)])
+            self.blocks = nn.Sequential(*[CourseBlock(c, c.block_size, c.variant == "rope") for _ in range(c.n_layer)])
         self.ln_f = nn.LayerNorm(c.n_embd)
         self.head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x_input = self.tok_emb(idx)
-        if not self.c.rope:
+        if self.c.variant != "rope":
             x_input = x_input + self.pos_emb[:, : idx.size(1)]
-        if self.c.perceiver:
+        if self.c.variant == "perceiver":
             x = self.up_block(self.blocks(self.down_block(x_input)), x_input)
         else:
             x = self.blocks(x_input)
@@ -142,8 +142,8 @@ class CourseGPT(nn.Module):
 
 CONFIGS = {
     "vanilla": {},
-    "perceiver": {"perceiver": True, "bottleneck_dim": 6},
-    "rope": {"rope": True},
+    "perceiver": {"variant": "perceiver", "bottleneck_dim": 6},
+    "rope": {"variant": "rope"},
 }
 
 
@@ -200,7 +200,7 @@ def test_rope_state_dict_keys_and_shapes_equal_the_2024_handout_model():
     if not path.is_file():
         pytest.skip(f"{path} not present")
     spec = json.loads(path.read_text())["rope"]
-    model = GPT(GPTConfig(vocab_size=spec["vocab_size"], rope=True))
+    model = GPT(GPTConfig(vocab_size=spec["vocab_size"], variant="rope"))
     assert [[k, list(v.shape)] for k, v in model.state_dict().items()] == spec["state_dict"]
     assert sum(p.numel() for p in model.parameters()) == spec["num_parameters"]
 

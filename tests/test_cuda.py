@@ -21,7 +21,6 @@ from test_trainer import tiny_run
 import run
 from attention import attend, causal_mask
 from decode import greedy_decode_batch, next_logits_fn, sample
-from run import variant_name
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 CUDA = torch.device("cuda")
@@ -38,7 +37,7 @@ def exact_fp32_matmuls():
 
 def on_gpu(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of model on the GPU with the fast path on (the CPU original keeps its own)."""
-    clone = tiny(variant_name(model.config), bottleneck_dim=model.config.bottleneck_dim)
+    clone = tiny(model.config.variant, bottleneck_dim=model.config.bottleneck_dim)
     clone.load_state_dict(model.state_dict())
     clone.set_impl("fast")
     return clone.to(CUDA).eval()

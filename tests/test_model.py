@@ -18,8 +18,7 @@ VARIANTS = ["vanilla", "perceiver", "rope"]
 
 def tiny(variant: str = "vanilla", **kw) -> GPT:
     """A small model of the named variant (eval mode); kw go to GPTConfig, e.g. bottleneck_dim."""
-    perceiver, rope = variant == "perceiver", variant == "rope"
-    cfg = GPTConfig(vocab_size=20, block_size=16, n_layer=3, n_head=2, n_embd=16, perceiver=perceiver, rope=rope, **kw)
+    cfg = GPTConfig(vocab_size=20, block_size=16, n_layer=3, n_head=2, n_embd=16, variant=variant, **kw)
     return GPT(cfg).eval()
 
 
@@ -33,7 +32,7 @@ def spec() -> dict:
 @pytest.mark.parametrize("case", ["vanilla", "perceiver_bottleneck_64", "perceiver_bottleneck_32"])
 def test_state_dict_keys_and_shapes_equal_the_handout_model(spec, case):
     s = spec[case]
-    cfg = GPTConfig(vocab_size=s["vocab_size"], perceiver=s["variant"] == "perceiver")
+    cfg = GPTConfig(vocab_size=s["vocab_size"], variant=s["variant"])
     if s["bottleneck_dim"]:
         cfg.bottleneck_dim = s["bottleneck_dim"]
     model = GPT(cfg)
@@ -221,7 +220,7 @@ def test_bf16_autocast_stays_close_to_fp32():
 
 
 def test_cpu_info_reads_the_first_processors_fields(tmp_path):
-    from utils import cpu_info
+    from bench.research import cpu_info
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(

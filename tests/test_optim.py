@@ -16,7 +16,9 @@ from trainer import TrainerConfig
 
 
 def test_weight_decay_applies_to_linear_weights_only():
-    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, perceiver=True, bottleneck_dim=4))
+    model = GPT(
+        GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, variant="perceiver", bottleneck_dim=4)
+    )
     opt = make_optimizer(model, TrainerConfig())
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for p in opt.param_groups[0]["params"]}
@@ -107,7 +109,9 @@ def test_muon_decays_its_weights_like_adamw():
 
 
 def test_muon_optimizer_gives_the_hidden_matrices_to_muon_and_the_rest_to_adamw():
-    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, perceiver=True, bottleneck_dim=4))
+    model = GPT(
+        GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, variant="perceiver", bottleneck_dim=4)
+    )
     opt = make_optimizer(model, TrainerConfig(optimizer="muon"))
     assert isinstance(opt, MuonAdamW)
     names = {id(p): n for n, p in model.named_parameters()}

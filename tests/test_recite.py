@@ -100,7 +100,7 @@ def test_recitation_length_must_leave_room_for_the_answer_in_the_block():
 
 
 def test_the_perceiver_recites_only_what_its_bottleneck_reads():
-    model = tiny_gpt(40, perceiver=True, bottleneck_dim=64)
+    model = tiny_gpt(40, variant="perceiver", bottleneck_dim=64)
     assert recite.default_recite_chars(model) == 48
     recite.check_recite_chars(48, model, ["x" * 15])
     with pytest.raises(UserError, match="the perceiver's bottleneck, which reads only the first 64 characters"):

@@ -1,0 +1,191 @@
+"""evaluate and ask: greedy answers to questions, scored by the model's confidence; an ensemble
+takes each question's most confident answer; a recite reader reads the recitation of its
+pretrained params."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import time
+from pathlib import Path
+
+import torch
+
+import recite
+from confidence import (
+    AnswerScore,
+    beam_search,
+    evaluation_summary,
+    format_ask,
+    format_summary,
+    most_confident,
+    score_answers,
+    scores_tsv,
+)
+from config import BLOCK_SIZE, build_model
+from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions, score_places
+from decode import MAX_ANSWER_CHARS, predict
+from model import GPT, VARIANTS
+from params import load_params, read_sidecar, sidecar_path, stored_sizes
+from utils import ScalarWriter, UserError, check_output_file, find_data_file, write_text_atomic
+
+
+def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> GPT:
+    """A model built as the sidecar of params file `path` describes it (its variant and sizes)."""
+    side = read_sidecar(path)
+    if not Path(path).is_file():
+        raise UserError(f"--ensemble_params {path}: params file not found")
+    if side is None or side.get("variant") not in VARIANTS:
+        raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
+    sizes = stored_sizes(path, "--ensemble_params")
+    return build_model(argparse.Namespace(**{**vars(args), **sizes}), len(vocab), side["variant"])
+
+
+def evaluate(
+    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
+) -> None:
+    """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are given.
+
+    With --ensemble_params, every model answers and each question takes the answer
+    its own model scored highest (mean log-probability per character).
+    """
+    for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
+        if getattr(args, flag) is None:
+            raise UserError(f"evaluate needs --{flag}")
+    check_output_file(args.outputs_path, "--outputs_path")
+    check_output_file(args.scores_path, "--scores_path")
+    path = find_data_file(args.eval_corpus_path, "eval corpus")
+    entries = read_questions(path, require_place=False)
+    vocab = corpus.vocab
+    check_questions(entries, vocab, path)
+    members = [(args.reading_params_path, model)]
+    members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
+    for params, member in members:
+        load_params(member, vocab, params)
+    questions = [q for q in entries if q is not None]
+    t0 = time.time()
+    texts = [q.text for q in questions]
+    reader = reader_link(args.reading_params_path)
+    if reader is not None:
+        if args.ensemble_params:
+            raise UserError("--ensemble_params combines direct answers; a recite reader cannot join an ensemble")
+        texts = recitations(args, vocab, questions, reader, device, str(path))
+        share = recite.place_in_recitation(questions, texts)
+        if not math.isnan(share):
+            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling)")
+            writer.add_scalar("eval/place_in_recitation", share, 0)
+    scores = answer_and_score(members, vocab, questions, texts, args.impl, device)
+    predictions = [s.answer for s in scores]
+    seconds = time.time() - t0
+    write_answers(args, entries, scores)
+    writer.add_scalar("eval/seconds", seconds, 0)
+    if len(members) > 1:
+        print(f"ensemble of {len(members)} models, {seconds:.1f} s: each question takes the most confident answer")
+    if report_accuracy("", questions, predictions):
+        summary = evaluation_summary(questions, predictions, scores)
+        print(format_summary(summary))
+        for key, value in summary.items():
+            if not math.isnan(value):  # nan: an empty group
+                writer.add_scalar(f"eval/{key}", value, 0)
+    else:
+        print(f"Predictions written to {args.outputs_path}; no targets provided")
+
+
+def write_answers(args: argparse.Namespace, entries: list[Question | None], scores: list[AnswerScore]) -> None:
+    """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path."""
+    it = iter(s.answer for s in scores)
+    write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
+    if args.scores_path is not None:
+        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
+
+
+def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:
+    """A UserError naming file and line for a question with a character outside the vocabulary or
+    too long for the block (None entries are blank lines)."""
+    for q in entries:
+        if q is None:
+            continue
+        vocab.encode(q.text, where=f"{path}:{q.line}")
+        if len(q.text) + 2 > BLOCK_SIZE:
+            raise UserError(f"{path}:{q.line}: question is {len(q.text)} characters; at most {BLOCK_SIZE - 2} fit")
+
+
+def answer_and_score(
+    members: list[tuple[str, GPT]],
+    vocab: Vocabulary,
+    questions: list[Question],
+    texts: list[str],
+    impl: str,
+    device: torch.device,
+) -> list[AnswerScore]:
+    """Every member's greedy answer to each of `texts` (the questions, or their recitations), scored;
+    with several members each question keeps its most confident answer and each member's accuracy is printed."""
+    answers = []
+    for params, member in members:
+        member.to(device)
+        predictions = predict(member, vocab, texts, impl, device)
+        answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
+        if len(members) > 1:
+            report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
+    return most_confident(answers) if len(members) > 1 else answers[0]
+
+
+def reader_link(params_path: str) -> tuple[Path, int] | None:
+    """(the pretrained params, the recitation length) when `params_path` is a recite reader, else None."""
+    side = read_sidecar(params_path) or {}
+    if side.get("protocol") != "recite":
+        return None
+    return recite.linked_pretrained(params_path, side), int(side["recite_chars"])
+
+
+def recitations(
+    args: argparse.Namespace,
+    vocab: Vocabulary,
+    questions: list[Question],
+    reader: tuple[Path, int],
+    device: torch.device,
+    source: str,
+) -> list[str]:
+    """The recollections of the questions' people by the pretrained params a reader recites with."""
+    pretrained, chars = reader
+    reciter = build_model(args, len(vocab))
+    load_params(reciter, vocab, str(pretrained))
+    t0 = time.time()
+    texts = recite.recite(reciter, vocab, questions, chars, device, source)
+    print(f"recited {len(questions)} people with {pretrained} in {time.time() - t0:.1f} s ({chars} characters each)")
+    return texts
+
+
+def report_accuracy(label: str, questions: list[Question], predictions: list[str]) -> bool:
+    """Print the handout's accuracy line; False when the questions carry no places."""
+    total, correct = score_places(questions, predictions)
+    if total:
+        print(f"{label}Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
+    return total > 0
+
+
+def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
+    """Answer one question: the greedy answer, its confidence, and the top 3 answers of a beam search."""
+    if args.reading_params_path is None:
+        raise UserError("ask needs --reading_params_path")
+    question = (args.question or "").strip()
+    if not question:
+        raise UserError('ask needs a question after the corpus, e.g. "Where was Ada Lovelace born?"')
+    vocab = corpus.vocab
+    vocab.encode(question, where=f"question {question!r}")
+    if len(question) + 2 > BLOCK_SIZE:
+        raise UserError(f"question is {len(question)} characters; at most {BLOCK_SIZE - 2} fit")
+    load_params(model, vocab, args.reading_params_path)
+    model.to(device)
+    reader = reader_link(args.reading_params_path)
+    prompt = question
+    if reader is not None:
+        with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
+            (prompt,) = recitations(args, vocab, [Question(question, None, 1)], reader, device, "question")
+    answer = predict(model, vocab, [prompt], args.impl, device)[0]
+    (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
+    if reader is not None:
+        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")
+    print(format_ask(question, score, beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS)))

@@ -1,0 +1,104 @@
+"""Params files: a plain state_dict (loadable by the handout's model) and a JSON sidecar
+beside it that says what model it fits; loading refuses any other model in one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from dataset import Vocabulary
+from model import GPT, GPTConfig
+from utils import UserError, torch_load_safe, torch_save_atomic, write_json_atomic
+
+
+def sidecar_path(params_path: str | Path) -> Path:
+    """The JSON sidecar beside a params file: `<params>.json`."""
+    return Path(f"{params_path}.json")
+
+
+def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
+    """What a params file must agree on to be loaded: stored beside it as JSON."""
+    return {
+        "variant": config.variant,
+        "bottleneck_dim": config.bottleneck_dim if config.variant == "perceiver" else None,
+        "block_size": config.block_size,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_embd": config.n_embd,
+        "vocab_size": config.vocab_size,
+        "vocab": "".join(vocab.itos),
+    }
+
+
+def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
+    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
+    what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch_save_atomic(state, path)
+    description = {**model_description(model.config, vocab), "model": asdict(model.config)}
+    write_json_atomic(sidecar_path(path), {**description, **extra})
+
+
+def read_sidecar(path: str | Path) -> dict | None:
+    """The JSON sidecar of a params file, or None if it has none."""
+    side = sidecar_path(path)
+    if not side.is_file():
+        return None
+    try:
+        description = json.loads(side.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{side}: unreadable sidecar ({e})") from None
+    if not isinstance(description, dict):
+        kind = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}.get(
+            type(description), "a number"
+        )
+        raise UserError(f"{side}: not a params sidecar (JSON {kind}, expected an object); delete or fix it")
+    return description
+
+
+def stored_sizes(path: str | None, flag: str) -> dict:
+    """The model sizes (n_layer, n_head, n_embd, bottleneck_dim) the sidecar of params file `path`
+    records, so that a model is built as it was trained; empty without a path or sidecar."""
+    side = read_sidecar(path) if path is not None else None
+    if side is None:
+        return {}
+    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd") if k in side}
+    for key, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs at least 1")
+    return {**sizes, "bottleneck_dim": side["bottleneck_dim"]} if side.get("bottleneck_dim") else sizes
+
+
+def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
+    """Load `path` into `model`, refusing a file made for another model with a message naming the mismatch."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: params file not found")
+    want = model_description(model.config, vocab)
+    have = read_sidecar(p) or {}
+    for key in want:
+        if key in have and have[key] != want[key]:
+            shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
+            raise UserError(f"{path}: params do not fit this model: {key} {shown} (from {sidecar_path(p).name})")
+    state = torch_load_safe(p)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(f"{path}: not a state_dict of tensors")
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
+        raise UserError(
+            f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    for k, v in state.items():
+        if v.shape != expected[k].shape:
+            raise UserError(
+                f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
+                "(another bottleneck_dim, vocabulary or model size?)"
+            )
+    model.load_state_dict(state)
