@@ -25,8 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from utils import cpu_name  # noqa: E402
+from research import cpu_name  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "budget.jsonl"
 BUSY_LOOP = "while True: pass"
