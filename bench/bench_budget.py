@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -81,6 +83,7 @@ def main() -> None:
     budget = args.budget_minutes * 60
     record = {
         "machine": cpu_name(),
+        "threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "command": " ".join(["python", "bench/bench_budget.py", *sys.argv[1:]]),
         "budget_minutes": args.budget_minutes,
