@@ -168,13 +168,18 @@ def results_table() -> str:
     return "\n".join(lines) + "\n\n" + PUBLISHED
 
 
+def one_thread(m: re.Match) -> str:
+    """A speed line's ', N threads, torch ...' as ', 1 thread' for a one-thread run, else nothing."""
+    return ", 1 thread" if m.group(1) == "1" else ""
+
+
 def speed_table() -> str:
     latest: dict[str, dict] = {}
     for r in read_jsonl("speed.jsonl"):
         latest[r["machine"]] = r
     lines = ["| machine | measurement | reference | fast | ratio |", "|---|---|---|---|---|"]
     for machine, r in latest.items():
-        name = short(re.sub(r", \d+ threads.*", "", machine))
+        name = short(re.sub(r", (\d+) threads.*", one_thread, machine))
         for t in r.get("train", [])[1::2]:
             ref = next(x for x in r["train"] if x["variant"] == t["variant"] and x["impl"] == "reference")
             lines.append(
