@@ -52,36 +52,64 @@ from utils import autocast, write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
 VARIANTS = ("vanilla", "perceiver", "rope")
+CPU = torch.device("cpu")
 
 
-def model_for(variant: str, vocab_size: int, impl: str) -> GPT:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_name(device: torch.device) -> str:
+    """The processor the figures come from: the CPU with its thread count, or the GPU."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def model_for(variant: str, vocab_size: int, impl: str, device: torch.device = CPU) -> GPT:
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=vocab_size, variant=variant, bottleneck_dim=64)
-    model = GPT(cfg)
+    model = GPT(cfg).to(device)
     model.set_impl(impl)
     return model
 
 
-def train_throughput(ds: CharCorruptionDataset, variant: str, impl: str, steps: int, batch: int) -> dict:
-    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings."""
-    model = model_for(variant, ds.vocab_size, impl)
-    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, impl=impl, max_steps=steps + 2)
-    trainer = Trainer(model, ds, cfg, torch.device("cpu"))
+def train_throughput(
+    ds: CharCorruptionDataset,
+    variant: str,
+    impl: str,
+    steps: int,
+    batch: int,
+    device: torch.device = CPU,
+    bf16: bool = True,
+) -> dict:
+    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings
+    (bf16=False: the fast path without bf16 autocast, as --fp32 trains)."""
+    model = model_for(variant, ds.vocab_size, impl, device)
+    cfg = TrainerConfig(
+        max_epochs=10**6, batch_size=batch, learning_rate=6e-3, impl=impl, max_steps=steps + 2, bf16=bf16
+    )
+    trainer = Trainer(model, ds, cfg, device)
     model.train()
     real_tokens, examples, t_start = 0, 0, None
     it = iter(_batches_forever(trainer))  # the same batches again: each epoch's order is seeded
     for i in range(steps + 2):
         if i == 2:
+            synchronize(device)
             t_start = time.perf_counter()
         x, y = next(it)
-        _train_step(trainer, x, y)
+        _train_step(trainer, x.to(device), y.to(device))
         if i >= 2:
             real_tokens += int((y != 0).sum())
             examples += x.size(0)
+    synchronize(device)  # CUDA runs ahead of Python: count the steps' kernels, not their launches
     seconds = time.perf_counter() - t_start
     return {
         "variant": variant,
         "impl": impl,
+        "bf16": bf16 and impl == "fast",
         "steps": steps,
         "batch_size": batch,
         "seconds_per_step": seconds / steps,
@@ -91,7 +119,7 @@ def train_throughput(ds: CharCorruptionDataset, variant: str, impl: str, steps: 
 
 
 def _train_step(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> None:
-    with autocast(trainer.device, trainer.config.impl == "fast"):
+    with autocast(trainer.device, trainer.config.impl == "fast" and trainer.config.bf16):
         _, loss = trainer.forward_model(x, y)
     trainer.model.zero_grad(set_to_none=True)
     loss.backward()
@@ -227,22 +255,35 @@ def main() -> None:
         "reference decoding: about 5 minutes on a first-generation Zen)",
     )
     p.add_argument("--pretrained", type=Path, default=None, help="--parts recite: pretrained params to recite with")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS, help="--parts train: which")
+    p.add_argument("--fp32", action="store_true", help="--parts train: also time the fast path without bf16")
+    p.add_argument("--device", default="cpu", help="--parts train: cpu or cuda (the other parts run on the CPU)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.json", help="JSON output")
+    p.add_argument("--jsonl", type=Path, default=ROOT / "bench" / "results" / "speed.jsonl", help="appended to")
     args = p.parse_args()
+    device = torch.device(args.device)
     random.seed(0)
     np.random.seed(0)
     ds = CharCorruptionDataset(read_text(DATA / "wiki.txt"), 128)
     result: dict = {
-        "machine": f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": machine_name(device),
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     lines = []
     if "train" in args.parts:
         rows = []
-        for variant in VARIANTS:
-            ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size)
-            f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size)
+        for variant in args.variants:
+            ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size, device)
+            f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device)
             rows += [ref, f]
+            if args.fp32:  # kept apart from the reference/fast pairs the README's table reads
+                f32 = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, bf16=False)
+                result.setdefault("train_fast_fp32", []).append(f32)
+                lines.append(
+                    f"| train {variant}, batch {args.batch_size}, fast path in fp32 | - | "
+                    f"{f32['seconds_per_step']:.3f} s/step, {f32['handout_tokens_per_s']:,.0f} tok/s | "
+                    f"{f32['handout_tokens_per_s'] / ref['handout_tokens_per_s']:.2f}x |"
+                )
             ratio = f["handout_tokens_per_s"] / ref["handout_tokens_per_s"]
             lines.append(
                 f"| train {variant}, batch {args.batch_size} | {ref['seconds_per_step']:.2f} s/step, "
@@ -291,7 +332,7 @@ def main() -> None:
     table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
     result["table"] = table
     write_json_atomic(args.out, result)
-    with open(ROOT / "bench" / "results" / "speed.jsonl", "a") as f:
+    with open(args.jsonl, "a") as f:
         f.write(json.dumps({k: v for k, v in result.items() if k != "table"}) + "\n")
     print(f"{result['machine']}, {result['date']}\n\n{table}\n\nwritten to {args.out}")
 

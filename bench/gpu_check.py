@@ -2,6 +2,7 @@
 
     python bench/gpu_check.py                       # tests/test_cuda.py, then the 3 variants (seed 0) in parallel
     python bench/gpu_check.py --seeds 1 --skip_tests  # a second seed, in another call
+    python bench/gpu_check.py --runs rope:0 rope:1 --speed --fp32   # these runs in fp32, after a speed check
     GPU_CHECK_TINY=1 python bench/gpu_check.py      # a rehearsal on any machine, CPU included, in a few minutes
 
 What it does:
@@ -10,10 +11,12 @@ What it does:
      variant and seed, exactly the handout's commands (`--preset handout`, the default: 650 epochs,
      batch 128, lr 6e-3, dropout 0.1; the perceiver with --bottleneck_dim 64 --pretrain_lr 6e-3);
      the model is small and the GPU waits on kernel launches, so several runs share it well;
+     then, while the deadline leaves time, the recite protocol: a reader (`finetune --recite`) and
+     its dev and test predictions;
   3. after about a minute, measures each run's epoch time, says whether the 650 epochs fit before
      --deadline_minutes, and if they do not, stops the highest seeds until they do (the others then
      run faster); what it stopped is recorded as stopped;
-  4. appends one JSON line per finished run to --results (default bench/results/gpu.jsonl): the
+  4. appends one JSON line per finished run and protocol to --results (default bench/results/gpu.jsonl): the
      GPU, torch and CUDA versions, the attention kernel, the seconds of each step and the dev
      accuracy; and prints a table beside the handout's published figures.
 
@@ -58,6 +61,8 @@ PRETRAIN_ONLY_FLAGS = {"perceiver": ["--pretrain_lr", "6e-3"]}
 PUBLISHED = {"vanilla": 0.214, "perceiver": 0.170}
 HANDOUT_EPOCHS = 650
 AFTER_PRETRAIN_SECONDS = 45  # finetune (10 epochs) and two evaluations, as a margin for the plan
+RECITE_SECONDS = 60  # reader (recite 2,000 people, finetune 10 epochs) and two reciting evaluations
+RECITE_STEPS = ("reader", "recite_dev", "recite_test")
 
 
 class Slots:
@@ -74,19 +79,23 @@ class Run:
     """One variant and seed: its pipeline runs in a thread, one command after another."""
 
     def __init__(self, variant: str, seed: int, folder: Path, tiny: bool, data: dict[str, str], slots: Slots,
-                 on_finish: Callable[[Run], None]):  # fmt: skip
-        self.variant, self.seed, self.folder, self.slots, self.on_finish = variant, seed, folder, slots, on_finish
+                 on_result: Callable[[Run, str], None], recite_until: float | None = None,
+                 training_flags: list[str] | None = None):  # fmt: skip
+        self.variant, self.seed, self.folder, self.slots, self.on_result = variant, seed, folder, slots, on_result
+        self.recite_until = recite_until  # the recite steps start only before this time (None: never)
         self.name = f"{variant}_seed{seed}"
         self.stopped: str | None = None  # why, once stopped
         self.failed: str | None = None
         self.seconds: dict[str, float] = {}
-        self.output = ""
+        self.outputs: dict[str, str] = {}  # the dev evaluations' logs, by step
         self.proc: subprocess.Popen | None = None
         self.epoch_times: list[tuple[int, float]] = []  # (epochs done, when first seen)
         common = [variant, "wiki.txt", *VARIANT_FLAGS[variant], "--seed", str(seed)]
         pre, fine = "pretrain.params", "finetune.params"
         pretrain_epochs = ["--max_epochs", "2"] if tiny else []
         finetune_epochs = ["--max_epochs", "1"] if tiny else []
+        finetune_epochs += training_flags or []
+        pretrain_epochs += training_flags or []
         self.commands = {
             "pretrain": ["pretrain", *common, "--writing_params_path", pre, *PRETRAIN_ONLY_FLAGS.get(variant, []),
                          *pretrain_epochs],
@@ -96,13 +105,19 @@ class Run:
                          "--outputs_path", "dev.predictions"],
             "evaluate_test": ["evaluate", *common, "--reading_params_path", fine, "--eval_corpus_path",
                               data["test"], "--outputs_path", "test.predictions"],
+            # the recite protocol: a reader finetuned from the same pretrained params on recitations
+            "reader": ["finetune", *common, "--reading_params_path", pre, "--writing_params_path", "reader.params",
+                       "--finetune_corpus_path", "birth_places_train.tsv", "--recite", *finetune_epochs],
+            "recite_dev": ["evaluate", *common, "--reading_params_path", "reader.params", "--eval_corpus_path",
+                           data["dev"], "--outputs_path", "recite_dev.predictions"],
+            "recite_test": ["evaluate", *common, "--reading_params_path", "reader.params", "--eval_corpus_path",
+                            data["test"], "--outputs_path", "recite_test.predictions"],
         }  # fmt: skip
         self.thread = threading.Thread(target=self.pipeline, daemon=True)
 
     def pipeline(self) -> None:
         with self.slots.semaphore:
             self.run_commands()
-        self.on_finish(self)
 
     def run_commands(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -110,6 +125,8 @@ class Run:
         for step, argv in self.commands.items():
             if self.stopped:
                 return
+            if step == "reader" and (self.recite_until is None or time.time() > self.recite_until):
+                return  # the direct protocol's figures come first; recite only where time is left
             t0 = time.time()
             with open(self.folder / f"{step}.log", "w") as log:
                 self.proc = subprocess.Popen(
@@ -121,8 +138,9 @@ class Run:
                 if not self.stopped:
                     self.failed = f"{step} exited with code {code}; see {self.folder / f'{step}.log'}"
                 return
-            if step == "evaluate":
-                self.output = (self.folder / "evaluate.log").read_text(errors="replace")
+            if step in ("evaluate", "recite_dev"):  # a row as soon as a protocol has its dev figure
+                self.outputs[step] = (self.folder / f"{step}.log").read_text(errors="replace")
+                self.on_result(self, "direct" if step == "evaluate" else "recite")
 
     def epochs_done(self) -> int:
         """Pretraining epochs finished so far, from run.py's "epoch N/M: loss" lines."""
@@ -151,10 +169,15 @@ class Run:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # run.py checkpoints and exits
 
-    def accuracy(self) -> tuple[int, int] | None:
-        """(correct, total) on dev, once evaluated."""
-        m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", self.output)
+    def accuracy(self, step: str = "evaluate") -> tuple[int, int] | None:
+        """(correct, total) on dev, once evaluated (step "recite_dev": by the recite protocol)."""
+        m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", self.outputs.get(step, ""))
         return (int(float(m.group(1))), int(float(m.group(2)))) if m else None
+
+    def place_in_recitation(self) -> float | None:
+        """The share of dev recitations holding the gold place (the reader's ceiling), once evaluated."""
+        m = re.search(r"the gold place is in ([\d.]+)% of the recitations", self.outputs.get("recite_dev", ""))
+        return float(m.group(1)) / 100 if m else None
 
 
 def machine() -> dict:
@@ -185,8 +208,9 @@ def projected_end(run: Run, since: float) -> float | None:
     return when + (HANDOUT_EPOCHS - done) * pace + AFTER_PRETRAIN_SECONDS
 
 
-def supervise(runs: list[Run], deadline: float, tiny: bool) -> None:
-    """Wait for every run; once paces are known, stop the highest seeds while the rest would not fit."""
+def supervise(runs: list[Run], deadline: float, tiny: bool, keep_going: bool = False) -> None:
+    """Wait for every run; once paces are known, stop the highest seeds while the rest would not fit
+    (with keep_going, only say so: each run then gets as far as the device's time allows)."""
     since, decided = time.time(), tiny  # the tiny rehearsal has nothing to plan
     while any(r.thread.is_alive() for r in runs):
         time.sleep(2)
@@ -204,6 +228,10 @@ def supervise(runs: list[Run], deadline: float, tiny: bool) -> None:
         if latest <= deadline:
             print(f"plan: at the measured paces all {len(live)} runs finish in about {left:.1f} min, inside the "
                   f"deadline ({(deadline - time.time()) / 60:.1f} min left)", flush=True)  # fmt: skip
+            decided = True
+        elif keep_going:
+            print(f"plan: the slowest run would need about {left:.1f} min, past the deadline "
+                  f"({(deadline - time.time()) / 60:.1f} min left); keeping every run going", flush=True)  # fmt: skip
             decided = True
         elif len(seeds) > 1:
             for r in live:
@@ -231,20 +259,27 @@ class Results:
         code = None if self.tests is None else self.tests.poll()
         return None if code is None else code == 0
 
-    def append(self, r: Run) -> None:
-        acc = r.accuracy()
+    def append(self, r: Run, protocol: str) -> None:
+        """One row for run r's dev figure by `protocol` ("direct" or "recite")."""
+        acc = r.accuracy("evaluate" if protocol == "direct" else "recite_dev")
         if acc is None or self.path is None:
             return
+        steps = ("finetune", "evaluate", "evaluate_test") if protocol == "direct" else RECITE_STEPS
+        name = f"{r.variant}_{self.info['device']}_handout_seed{r.seed}" + ("_recite" if protocol == "recite" else "")
         row = {
-            "name": f"{r.variant}_{self.info['device']}_handout_seed{r.seed}" + ("_tiny" if self.tiny else ""),
+            "name": name + ("_tiny" if self.tiny else ""), "protocol": protocol,
             "date": datetime.date.today().isoformat(), "variant": r.variant, "recipe": "handout", "seed": r.seed,
             **self.info, "pretrain_epochs": 2 if self.tiny else HANDOUT_EPOCHS,
             "runs_sharing_device": r.slots.parallel, "pretrain_seconds": r.seconds["pretrain"],
             "finetune_seconds": r.seconds["finetune"], "evaluate_seconds": r.seconds["evaluate"],
             "dev_correct": acc[0], "dev_total": acc[1], "dev_accuracy": acc[0] / acc[1],
             "tests_cuda_passed": self.tests_passed(), **trainer_settings(r.folder / "pretrain.params.json"),
-            "commands": [" ".join(["python src/run.py", *c]) for c in r.commands.values()],
+            "commands": [" ".join(["python src/run.py", *r.commands[s]]) for s in ("pretrain", *steps)],
         }  # fmt: skip
+        if protocol == "recite":
+            row["place_in_recitation"] = r.place_in_recitation()
+            row["extra_minutes"] = round(sum(r.seconds[s] for s in ("reader", "recite_dev")) / 60, 2)
+            row["reader_seconds"] = r.seconds["reader"]
         with self.lock, open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
 
@@ -256,15 +291,34 @@ def trainer_settings(sidecar: Path) -> dict:
 
 
 def print_table(runs: list[Run]) -> None:
-    print("\n| variant | seed | pretrain | finetune | evaluate | dev | published |\n|---|---|---|---|---|---|---|")
+    print("\n| variant | seed | pretrain | finetune | evaluate | dev, direct | published | place in recitation "
+          "| dev, recite | reader |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in runs:
-        acc = r.accuracy()
-        status = r.stopped or r.failed or ("ok" if acc else "not finished")
-        dev = f"{acc[0] / acc[1]:.1%} ({acc[0]}/{acc[1]})" if acc else status
+        status = r.stopped or r.failed or "not finished"
+        direct, recite = r.accuracy(), r.accuracy("recite_dev")
+        dev = f"{direct[0] / direct[1]:.1%} ({direct[0]}/{direct[1]})" if direct else status
+        recited = f"{recite[0] / recite[1]:.1%} ({recite[0]}/{recite[1]})" if recite else "-"
+        ceiling = f"{r.place_in_recitation():.1%}" if recite else "-"
         published = f"{PUBLISHED[r.variant]:.1%}" if r.variant in PUBLISHED else "-"
-        minutes = [f"{r.seconds[s] / 60:.1f} min" if s in r.seconds else "-" for s in ("pretrain", "finetune")]
+        minutes = [
+            f"{r.seconds[s] / 60:.1f} min" if s in r.seconds else "-" for s in ("pretrain", "finetune", "reader")
+        ]
         print(f"| {r.variant} | {r.seed} | {minutes[0]} | {minutes[1]} | {r.seconds.get('evaluate', '-')} s | "
-              f"{dev} | {published} |", flush=True)  # fmt: skip
+              f"{dev} | {published} | {ceiling} | {recited} | {minutes[2]} |", flush=True)  # fmt: skip
+
+
+def speed_check(workdir: Path, tiny: bool) -> None:
+    """The handout's vanilla pretraining step at batch 128, reference against fast path, on this device,
+    alone before the runs start (bench/bench_speed.py; its files and log go to workdir)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    steps = ["--ref_steps", "1", "--fast_steps", "2"] if tiny else ["--ref_steps", "10", "--fast_steps", "30"]
+    argv = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--parts", "train", "--variants", "vanilla",
+            "--device", device, *steps, "--out", str(workdir / "speed.json"), "--jsonl", str(workdir / "speed.jsonl")]  # fmt: skip
+    t0 = time.time()
+    with open(workdir / "speed.log", "w") as log:
+        code = subprocess.call(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    table = [line for line in (workdir / "speed.log").read_text(errors="replace").splitlines() if "| train" in line]
+    print(f"speed ({time.time() - t0:.0f} s, exit {code}): {table[0] if table else 'no figure'}", flush=True)
 
 
 def interrupt(signum: int, frame: object) -> None:
@@ -283,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=None, help="JSONL to append to (bench/results/gpu.jsonl)")
     p.add_argument("--tiny", action="store_true", default=os.environ.get("GPU_CHECK_TINY") == "1")
     p.add_argument("--skip_tests", action="store_true", help="do not run tests/test_cuda.py")
+    p.add_argument("--speed", action="store_true", help="first time vanilla's pretraining step, reference vs fast")
+    p.add_argument("--keep_going", action="store_true", help="never stop a run to let the others fit the deadline")
+    p.add_argument("--fp32", action="store_true", help="train in fp32: on an H100 the fast path's bf16 casts cost "
+                   "more than they save at this model's size (bench_speed.py --device cuda --fp32)")  # fmt: skip
+    p.add_argument("--no_recite", action="store_true", help="the direct protocol only (no reader)")
     args = p.parse_args(argv)
     if args.results is None and not args.tiny:
         args.results = ROOT / "bench" / "results" / "gpu.jsonl"
@@ -294,7 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, name in data.items():
             data[key] = first_lines(ROOT / "data" / name, args.workdir / f"{key}20.tsv", 20)
     info = machine()
+    if args.fp32:
+        info["precision"] = "fp32"
     print(f"gpu_check on {info.get('gpu', info.get('cpu'))}, torch {info['torch']}, CUDA {info['cuda']}", flush=True)
+    if args.speed:
+        speed_check(args.workdir, args.tiny)
     tests = None
     if not args.skip_tests:
         with open(args.workdir / "test_cuda.log", "w") as log:  # the child keeps its own handle
@@ -309,15 +372,19 @@ def main(argv: list[str] | None = None) -> int:
         if any(v not in VARIANT_FLAGS for v, _ in pairs):
             p.error(f"--runs: variants are {', '.join(VARIANT_FLAGS)}")
     slots = Slots(len(pairs))
-    runs = [Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append) for v, s in pairs]
+    recite_until = None if args.no_recite else deadline - RECITE_SECONDS
+    flags = ["--fp32"] if args.fp32 else []
+    runs = [Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append, recite_until, flags)
+            for v, s in pairs]  # fmt: skip
     signal.signal(signal.SIGTERM, interrupt)  # `timeout` around this script: report what finished
     try:
         for r in runs:
             r.thread.start()
-        supervise(runs, deadline, args.tiny)
+        supervise(runs, deadline, args.tiny, args.keep_going)
         if tests is not None:
             tests.wait()
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the report short
         print("interrupted: stopping the runs still going", flush=True)
         for r in runs:
             r.stop("stopped: the script was interrupted")

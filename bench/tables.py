@@ -104,9 +104,13 @@ def result_rows() -> list[dict]:
         if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
             continue
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
+        protocol = DIRECT
+        if r.get("protocol") == "recite":
+            protocol = {"protocol": "recite", "ceiling": r["place_in_recitation"], "extra": r["extra_minutes"]}
         rows.append({"run": r["variant"], "recipe": "handout", "machine": f"{r['gpu']} ({r['runs_sharing_device']} runs "
                      "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes,
-                     "epochs": r["pretrain_epochs"], **DIRECT})  # fmt: skip
+                     "epochs": r["pretrain_epochs"],
+                     **protocol})  # fmt: skip
     for r in read_jsonl("time_to_accuracy.jsonl"):
         if not todays_cpu_recipe(r):
             continue
@@ -173,19 +177,31 @@ def one_thread(m: re.Match) -> str:
     return ", 1 thread" if m.group(1) == "1" else ""
 
 
+def seconds(step: dict) -> str:
+    """A step's time: hundredths of a second on a CPU, milliseconds on a GPU."""
+    t = step["seconds_per_step"]
+    return f"{t:.2f} s" if t >= 0.1 else f"{t * 1000:.0f} ms"
+
+
 def speed_table() -> str:
     latest: dict[str, dict] = {}
     for r in read_jsonl("speed.jsonl"):
         latest[r["machine"]] = r
     lines = ["| machine | measurement | reference | fast | ratio |", "|---|---|---|---|---|"]
     for machine, r in latest.items():
-        name = short(re.sub(r", (\d+) threads.*", one_thread, machine))
+        name = re.sub(r", torch .*", "", short(re.sub(r", (\d+) threads.*", one_thread, machine)))
         for t in r.get("train", [])[1::2]:
             ref = next(x for x in r["train"] if x["variant"] == t["variant"] and x["impl"] == "reference")
             lines.append(
-                f"| {name} | pretraining step, {t['variant']}, batch {t['batch_size']} | {ref['seconds_per_step']:.2f} s "
-                f"| {t['seconds_per_step']:.2f} s | {ref['seconds_per_step'] / t['seconds_per_step']:.1f}x |"
+                f"| {name} | pretraining step, {t['variant']}, batch {t['batch_size']} | {seconds(ref)} "
+                f"| {seconds(t)} | {ref['seconds_per_step'] / t['seconds_per_step']:.1f}x |"
             )
+            for f in r.get("train_fast_fp32", []):
+                if f["variant"] == t["variant"]:
+                    lines.append(
+                        f"| {name} | the same, fast path in fp32 (`--fp32`) | {seconds(ref)} | {seconds(f)} "
+                        f"| {ref['seconds_per_step'] / f['seconds_per_step']:.1f}x |"
+                    )
         for e in r.get("eval", []):
             model = "trained" if e["params"] != "untrained" else "untrained (worst case)"
             same = "identical" if e["identical_predictions"] else "DIFFERENT"
@@ -237,7 +253,7 @@ def all_runs_table() -> str:
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
         recipe = f"handout, {r.get('order', 'file')} order, decay {r.get('decay', 'all_but_biases')}"
         lines.append(
-            f"| {r['name']} | {r['variant']} | {r['gpu']} | bf16 | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
+            f"| {r['name']} | {r['variant']} | {r['gpu']} | {r.get('precision', 'bf16').split()[0]} | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
         )
     for r in read_jsonl("ensembles.jsonl"):  # bench/ensemble.py: minutes are every member's training + evaluation

@@ -79,6 +79,31 @@ def test_a_recite_run_with_another_reader_than_the_presets_stays_out_of_the_resu
     assert "| recite |" not in tables.results_table()
 
 
+GPU_RUN = {"name": "rope_cuda_handout_seed0", "protocol": "direct", "variant": "rope", "seed": 0, "gpu": "A GPU",
+           "runs_sharing_device": 4, "pretrain_epochs": 650, "order": "file", "pretrain_seconds": 420.0,
+           "finetune_seconds": 12.0, "evaluate_seconds": 6.0, "dev_accuracy": 0.35}  # fmt: skip
+
+
+def test_a_gpu_recite_run_is_a_recite_row_with_its_ceiling(monkeypatch, tmp_path):
+    recited = {**GPU_RUN, "name": "rope_cuda_handout_seed0_recite", "protocol": "recite", "dev_accuracy": 0.7,
+               "place_in_recitation": 0.8, "extra_minutes": 1.0}  # fmt: skip
+    logged(monkeypatch, tmp_path, gpu=recited)
+    assert "| rope | recite | handout, 650 epochs | A GPU (4 runs sharing it) | 0 | 70.0 | **70.0** | 80.0% |" in (
+        tables.results_table()
+    )
+
+
+def test_a_gpu_speed_line_shows_milliseconds_and_the_fast_path_in_fp32(monkeypatch, tmp_path):
+    step = {"variant": "vanilla", "batch_size": 128}
+    line = {"machine": "NVIDIA A GPU, torch 2.11.0+cu130", "train": [
+        {**step, "impl": "reference", "seconds_per_step": 0.020}, {**step, "impl": "fast", "seconds_per_step": 0.025}],
+        "train_fast_fp32": [{**step, "impl": "fast", "bf16": False, "seconds_per_step": 0.016}]}  # fmt: skip
+    logged(monkeypatch, tmp_path, speed=line)
+    table = tables.speed_table()
+    assert "| A GPU | pretraining step, vanilla, batch 128 | 20 ms | 25 ms | 0.8x |" in table
+    assert "| A GPU | the same, fast path in fp32 (`--fp32`) | 20 ms | 16 ms | 1.2x |" in table
+
+
 def test_the_readme_stays_a_short_users_guide():
     assert len((REPO_ROOT / "README.md").read_bytes()) <= 15_000
     assert len((REPO_ROOT / "bench" / "RESEARCH.md").read_bytes()) <= 40_000
