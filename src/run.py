@@ -134,8 +134,9 @@ def train(
     budget_spent = cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds
     if budget_spent:
         print(
-            f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, in epoch "
-            f"{trainer.epoch + 1} of {cfg.max_epochs}; the learning-rate schedule was cut off there"
+            f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, "
+            + (f"in epoch {trainer.epoch + 1}" if trainer.batch_in_epoch else f"after epoch {trainer.epoch}")
+            + f" of {cfg.max_epochs}; the learning-rate schedule was cut off there"
         )
     if trainer.rank == 0 and (budget_spent or trainer.epoch >= cfg.max_epochs):
         ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume (a --max_steps stop keeps it)

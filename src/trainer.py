@@ -41,11 +41,12 @@ class TrainerConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
     # Wall-clock budget: training stops once it has run this long (summed over resumes).
     budget_seconds: float | None = None
-    # With a budget: plan the run to fit it instead of cutting it off. After every whole epoch,
-    # max_epochs becomes the epochs that BUDGET_FIT_SHARE of the budget holds at the pace of the
-    # latest epochs (PACE_EPOCHS), at most the max_epochs asked for, and final_tokens those epochs'
-    # tokens: a cosine that spans the run (run.py plans only such a schedule) ends annealed inside
-    # the budget, even when other work slows the machine down or stops doing so.
+    # With a budget: plan the run to fit it instead of cutting it off. After every whole epoch, the
+    # run is planned to as many steps as BUDGET_FIT_SHARE of the budget holds at the pace of the
+    # latest epochs (PACE_EPOCHS), its last epoch perhaps in part, at most the max_epochs asked for;
+    # final_tokens becomes those steps' tokens and training stops there: a cosine that spans the run
+    # (run.py plans only such a schedule) ends annealed as the budget ends, even when other work
+    # slows the machine down or stops doing so.
     budget_fit: bool = False
     impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
     bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
@@ -62,9 +63,9 @@ class TrainerConfig:
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
 
 
-# budget_fit plans the epochs into this share of the budget: an epoch can run a few percent
-# faster than the next ones, and what still runs past the budget is cut off.
-BUDGET_FIT_SHARE = 0.92
+# budget_fit plans the steps into this share of the budget: the last epochs can run a little
+# slower than the ones that set the pace, and what still runs past the budget is cut off.
+BUDGET_FIT_SHARE = 0.97
 EARLY_STEPS = 5  # steps timed for the first estimate of a run's cost (Trainer.early_estimate)
 # ... at the pace of the median of this many latest whole epochs: one slow epoch (a checkpoint, a
 # burst of other work) does not shrink the plan, a lasting change of pace moves it within two.
@@ -258,8 +259,8 @@ class Trainer:
                 bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{lr:.2e}")
                 self.early_estimate(n_batches)
             self.checkpoint_if_due()
-            if self.finished():
-                return
+            if self.finished() and self.batch_in_epoch < n_batches:
+                return  # stopped inside the epoch; one finished by its last step counts whole
         self.epoch += 1
         self.batch_in_epoch = 0
 
@@ -318,7 +319,8 @@ class Trainer:
         if ran_whole:
             self.epoch_seconds.append(trained)  # the same on every rank: shared seconds
         if ran_whole and cfg.budget_fit and cfg.budget_seconds is not None:
-            plan = self.fit_to_budget(float(np.median(self.epoch_seconds[-PACE_EPOCHS:])))
+            n_batches = math.ceil(len(self.train_dataset) / cfg.batch_size)
+            plan = self.fit_to_budget(float(np.median(self.epoch_seconds[-PACE_EPOCHS:])), n_batches)
         if self.rank != 0 or not self.losses:
             return projected
         self.log("train/epoch_seconds", seconds, self.epoch)
@@ -331,27 +333,33 @@ class Trainer:
             tqdm.write(plan)
         return projected
 
-    def fit_to_budget(self, epoch_seconds: float) -> str | None:
-        """Plan max_epochs and the cosine's final_tokens to the budget at `epoch_seconds` per epoch,
-        never more epochs than first asked for (see TrainerConfig.budget_fit); returns the line that
-        says so, or None when the plan stays as it was."""
+    def fit_to_budget(self, epoch_seconds: float, n_batches: int) -> str | None:
+        """Plan the rest of the run at `epoch_seconds` per epoch of `n_batches` steps: as many steps as
+        BUDGET_FIT_SHARE of the budget holds (the last epoch perhaps in part), never more epochs than
+        first asked for (see TrainerConfig.budget_fit), with the cosine's final_tokens at the last of them
+        (finished() stops there). Returns the line that says so when the planned epochs change, else None."""
         cfg = self.config
         asked = self.asked_epochs
-        held = self.epoch + max(0, math.floor((cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds) / epoch_seconds))
-        planned = max(self.epoch, min(asked, held))
-        if self.fitted and planned == cfg.max_epochs:
-            return None
-        was = cfg.max_epochs if self.fitted else None
-        cfg.max_epochs = planned
-        cfg.final_tokens = self.tokens / self.epoch * cfg.max_epochs  # every epoch counts the same tokens
+        tokens_per_epoch = self.tokens / self.epoch  # every epoch counts the same tokens
+        left = max(0.0, cfg.budget_seconds * BUDGET_FIT_SHARE - self.seconds)
+        held_steps = self.epoch * n_batches + math.floor(left / epoch_seconds * n_batches)
+        planned = max(self.epoch * n_batches, min(asked * n_batches, held_steps)) / n_batches
+        was = cfg.final_tokens / tokens_per_epoch if self.fitted else None
+        cfg.max_epochs = math.ceil(planned)
+        cfg.final_tokens = round(tokens_per_epoch * planned)
         self.fitted = True
+        if was is not None and round(was, 1) == round(planned, 1):
+            return None
+        held = f"{held_steps / n_batches:.1f}"
         budget = f"{BUDGET_FIT_SHARE:.0%} of the {cfg.budget_seconds / 60:g}-minute budget holds {held} epochs"
-        plan = f"training {cfg.max_epochs}" + (" (the most asked for)" if held >= asked else f" of {asked}")
+        plan = f"training {planned:.1f}" + (
+            " (the most asked for)" if held_steps >= asked * n_batches else f" of {asked}"
+        )
         line = (
             f"at {epoch_seconds:.1f} s per epoch {budget}: {plan}, with the cosine ending at their end "
-            f"(about {(cfg.max_epochs - self.epoch) * epoch_seconds / 60:.0f} min left)"
+            f"(about {(planned - self.epoch) * epoch_seconds / 60:.0f} min left)"
         )
-        return line if was is None else f"the pace changed: {line} (planned {was} before)"
+        return line if was is None else f"the pace changed: {line} (planned {was:.1f} before)"
 
     def early_estimate(self, n_batches: int) -> None:
         """After the first EARLY_STEPS steps of a fresh run, say what the whole run will cost at their pace,
@@ -400,4 +408,6 @@ class Trainer:
         cfg = self.config
         if cfg.budget_seconds is not None and self.seconds >= cfg.budget_seconds:
             return True
+        if cfg.budget_fit and self.fitted and cfg.lr_decay and self.tokens >= cfg.final_tokens:
+            return True  # the planned steps are done (the last epoch may end early)
         return cfg.max_steps is not None and self.step >= cfg.max_steps

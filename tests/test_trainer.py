@@ -101,7 +101,7 @@ def test_budget_stops_training_once_the_time_is_spent():
     trainer = budget_trainer(budget_seconds=45)
     trainer.train()
     assert trainer.step == 5 and trainer.seconds == 50
-    assert trainer.epoch == 0  # an epoch has 5 batches of 8: stopped inside the first of three
+    assert (trainer.epoch, trainer.batch_in_epoch) == (1, 0)  # 5 batches of 8: the first of three epochs, whole
 
 
 def test_budget_cuts_the_planned_schedule_off_instead_of_compressing_it():
@@ -151,11 +151,12 @@ def recorded_lrs(trainer: Trainer) -> list[float]:
     return lrs
 
 
-def test_budget_fit_plans_as_many_epochs_as_92_percent_of_the_budget_holds():
-    trainer = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)  # 50 s per epoch: 414 s hold 8 epochs
+def test_budget_fit_plans_as_many_steps_as_97_percent_of_the_budget_holds_ending_inside_an_epoch():
+    trainer = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)  # 10 s per step: 436.5 s hold 43
     trainer.train()
-    assert trainer.config.max_epochs == 8 and trainer.epoch == 8 and trainer.seconds == 400
-    assert trainer.config.final_tokens == 8 * 40 * 31  # the cosine spans the 8 epochs of 40 x 31 positions
+    assert trainer.step == 43 and trainer.seconds == 430  # 8 epochs of 5 steps and 3 steps of the 9th
+    assert trainer.config.max_epochs == 9 and (trainer.epoch, trainer.batch_in_epoch) == (8, 3)
+    assert trainer.config.final_tokens == 43 * 8 * 31  # the cosine spans the 43 steps of 8 x 31 positions
 
 
 def test_budget_fit_follows_the_plan_for_one_epoch_then_ends_its_longer_cosine_at_the_floor():
@@ -164,23 +165,23 @@ def test_budget_fit_follows_the_plan_for_one_epoch_then_ends_its_longer_cosine_a
     trainer.train()
     planned = [1e-2 * lr_multiplier(8 * 32 * step, 0, 3 * 40 * 32, cap=True) for step in range(1, 6)]
     assert lrs[:5] == pytest.approx(planned)  # the first epoch runs on the 3-epoch plan
-    fitted = [1e-2 * lr_multiplier(8 * 32 * step, 0, 8 * 40 * 32, cap=True) for step in range(6, 41)]
+    fitted = [1e-2 * lr_multiplier(8 * 32 * step, 0, 43 * 8 * 32, cap=True) for step in range(6, 44)]
     assert lrs[5:] == pytest.approx(fitted)
     assert lrs[-1] == pytest.approx(1e-3)  # annealed to the floor inside the budget
 
 
 def test_budget_fit_plans_fewer_epochs_when_the_budget_holds_fewer_and_still_ends_annealed():
-    trainer = budget_trainer(budget_seconds=120, budget_fit=True)  # 110.4 s hold 2 epochs of 50 s
+    trainer = budget_trainer(budget_seconds=120, budget_fit=True)  # 116.4 s hold 11 steps of 10 s
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.config.max_epochs == 2 and trainer.epoch == 2 and trainer.seconds == 100
+    assert trainer.step == 11 and trainer.seconds == 110 and trainer.config.max_epochs == 3
     assert lrs[-1] == pytest.approx(1e-3)
 
 
 def test_budget_fit_says_what_it_planned_after_the_first_epoch(capsys):
     budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10).train()
     out = capsys.readouterr().out
-    assert "at 50.0 s per epoch 92% of the 7.5-minute budget holds 8 epochs: training 8 of 10" in out
+    assert "at 50.0 s per epoch 97% of the 7.5-minute budget holds 8.6 epochs: training 8.6 of 10" in out
 
 
 def test_budget_fit_never_plans_more_epochs_than_asked_for(capsys):
@@ -188,7 +189,7 @@ def test_budget_fit_never_plans_more_epochs_than_asked_for(capsys):
     trainer.train()
     assert trainer.config.max_epochs == 5 and trainer.epoch == 5
     assert trainer.config.final_tokens == 5 * 40 * 31  # the cosine still ends with the run
-    assert "holds 8 epochs: training 5 (the most asked for)" in capsys.readouterr().out
+    assert "holds 8.6 epochs: training 5.0 (the most asked for)" in capsys.readouterr().out
 
 
 def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_one(tmp_path):
@@ -201,7 +202,7 @@ def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_
     second = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)
     second.resume(torch_load_safe(ckpt))
     second.train()
-    assert second.config.max_epochs == 8 and second.losses == uninterrupted
+    assert second.config.max_epochs == 9 and second.losses == uninterrupted
 
 
 def paced_clock(seconds_per_step: list[float]):
@@ -215,8 +216,8 @@ def test_budget_fit_replans_when_other_work_slows_the_machine_and_still_ends_ann
     trainer.clock = paced_clock([10.0] * 5 + [20.0] * 15 + [10.0] * 5)  # epochs 2-4 run at half speed
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.epoch == trainer.config.max_epochs == 4  # planned 8 after epoch 1, fewer once slowed
-    assert trainer.seconds <= 450 * 0.92 and lrs[-1] == pytest.approx(1e-3)
+    assert trainer.step == 24  # planned 43 steps after epoch 1, 29 and 24 once slowed
+    assert trainer.seconds == 390 <= 450 * 0.97 and lrs[-1] == pytest.approx(1e-3)
     assert "the pace changed:" in capsys.readouterr().out
 
 
@@ -225,8 +226,8 @@ def test_budget_fit_plans_more_epochs_again_once_the_machine_is_free(capsys):
     trainer.clock = paced_clock([20.0] * 5 + [10.0] * 5)  # a slow first epoch, then full speed
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.epoch == trainer.config.max_epochs == 7  # 3 planned after epoch 1 at 100 s per epoch
-    assert trainer.seconds <= 450 * 0.92 and lrs[-1] == pytest.approx(1e-3)
+    assert trainer.step == 38  # 21 steps planned after epoch 1 at 100 s per epoch, then 29, then 38
+    assert trainer.seconds == 430 <= 450 * 0.97 and lrs[-1] == pytest.approx(1e-3)
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
