@@ -67,7 +67,7 @@ RUNS = [
     ),
     Run("rope, pretrain + finetune", "rope.pretrain", ("rope_pretrain", "rope_finetune"), "rope_pretrain_dev"),
     Run(
-        "ensemble of the three, most confident answer",
+        "ensemble of the variants run, most confident answer",
         "ensemble",
         tuple(f"{v}_{s}" for v in ("vanilla", "perceiver", "rope") for s in ("pretrain", "finetune")),
         "ensemble_dev",

@@ -40,7 +40,7 @@ LABELS = {
     "vanilla": "vanilla",
     "perceiver": "perceiver (m = 64)",
     "rope": "rope",
-    "ensemble": "ensemble of the three (most confident answer)",
+    "ensemble": "ensemble of the variants (most confident answer)",
 }
 # The day the perceiver started computing the handout's blocks: earlier perceiver runs are another model.
 PERCEIVER_FIXED = "2026-11-26"
