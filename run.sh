@@ -150,5 +150,9 @@ fi
 echo; echo "run.sh: done in $(((SECONDS - START) / 60)) minutes"
 # A user's run reports into OUT_DIR; RECORD=1 writes bench/results/report.md and appends to runs.jsonl.
 if [ "$RECORD" = 1 ]; then REPORT=(--record); else REPORT=(--out "$OUT_DIR/report.md"); fi
-python bench/report.py --runs "$OUT_DIR" --preset "$PRESET" --seed "$SEED" --command "bash run.sh" "${REPORT[@]}"
+# The record names the settings that changed what ran (the report gives preset and seed apart).
+COMMAND="bash run.sh"
+[ "$TOTAL_MINUTES" = 120 ] || COMMAND="TOTAL_MINUTES=$TOTAL_MINUTES $COMMAND"
+[ "$VARIANTS" = "vanilla perceiver rope" ] || COMMAND="VARIANTS=\"$VARIANTS\" $COMMAND"
+python bench/report.py --runs "$OUT_DIR" --preset "$PRESET" --seed "$SEED" --command "$COMMAND" "${REPORT[@]}"
 echo "Predictions, params and logs: $OUT_DIR/; TensorBoard: tensorboard --logdir expt"
