@@ -117,3 +117,30 @@ def test_changed_requirements_reinstall(tmp_path):
         f.write("einops\n")
     assert bash(f'source "{root}/setup.sh" dev').returncode == 0
     assert "-m pip install -q -r" in calls(root)
+
+
+# ---------------------------------------------------------------------------
+# run.sh's report step, in a fake checkout whose every python step only logs how it was called
+
+
+def report_call(tmp_path: Path, **settings: str) -> str:
+    """Run run.sh (preset cpu) in a fake checkout; the arguments it gave bench/report.py."""
+    root = fake_checkout(tmp_path / "checkout")
+    shutil.copy(REPO_ROOT / "run.sh", root / "run.sh")
+    env = {**os.environ, "OUT_DIR": str(tmp_path / "out"), "PRESET": "cpu", **settings}
+    proc = subprocess.run(["bash", str(root / "run.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in calls(root).splitlines() if line.startswith("bench/report.py")]
+    return line
+
+
+def test_a_users_run_writes_its_report_into_out_dir_and_records_nothing(tmp_path):
+    line = report_call(tmp_path)
+    assert f"--out {tmp_path / 'out'}/report.md" in line
+    assert "--record" not in line and line.count("--command bash run.sh") == 1
+
+
+def test_a_recorded_run_names_the_settings_that_changed_what_ran(tmp_path):
+    line = report_call(tmp_path, RECORD="1", TOTAL_MINUTES="90", VARIANTS="vanilla rope")
+    assert line.endswith('--command VARIANTS="vanilla rope" TOTAL_MINUTES=90 bash run.sh --record')
+    assert "--out" not in line
