@@ -87,16 +87,13 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.d
     32 characters, or the block's end), decoded in batches of questions of similar length, so that
     little of each batch is padding."""
     model.eval()
-    block = model.get_block_size()
+    block, mask_id = model.get_block_size(), vocab.stoi[MASK_CHAR]
     encoded = [vocab.encode(q + MASK_CHAR) for q in questions]
     answers: list[list[int]] = [[] for _ in encoded]
-    for rows in tqdm(
-        decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS), desc="decoding", leave=False
-    ):
+    batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
+    for rows in tqdm(batches, desc="decoding", leave=False):
         batch = [encoded[i] for i in rows]
-        decoded = greedy_decode_batch(
-            next_logits_fn(model), batch, MAX_ANSWER_CHARS, vocab.stoi[MASK_CHAR], block, device
-        )
+        decoded = greedy_decode_batch(next_logits_fn(model), batch, MAX_ANSWER_CHARS, mask_id, block, device)
         for i, answer in zip(rows, decoded, strict=True):
             answers[i] = answer
     # A newline inside an answer would break the one-line-per-input predictions file.
