@@ -5,7 +5,8 @@ fused optimizer, the perceiver's bottleneck trimmed to the input, batched greedy
 decoding with key/value caches. This file is the CS224N handouts' plain code
 (the 2023 handout for vanilla and the perceiver, the 2024 handout for rope),
 written from their instructions and independently of src/'s model, decoder and
-trainer:
+trainer (from src/ come only the configs, the vocabulary and the handout's
+learning-rate formula, `trainer.lr_multiplier`):
 
 - `CourseGPT`: the model, with the handouts' module and parameter names, so
   src's params load into it strictly (`course_copy`); masked softmax attention
@@ -35,8 +36,9 @@ from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from dataset import MASK_CHAR  # noqa: E402
-from trainer import lr_multiplier  # noqa: E402
+from dataset import MASK_CHAR, Vocabulary  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from trainer import TrainerConfig, lr_multiplier  # noqa: E402
 
 MAX_ANSWER_CHARS = 32  # the handout's evaluation decodes 32 characters
 
@@ -59,14 +61,14 @@ def attention(
 
 
 def rope_cache(block_size: int, head_dim: int) -> torch.Tensor:
-    """The 2024 handout's rotary table (block_size, head_dim/2, 2): (cos tθ_i, sin tθ_i), θ_i = 10000^(-2i/head_dim)."""
+    """The 2024 handout's rope_cache (block_size, head_dim/2, 2): (cos tθ_i, sin tθ_i), θ_i = 10000^(-2i/head_dim)."""
     theta = 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
     freqs = torch.outer(torch.arange(block_size).float(), theta)
     return torch.stack([torch.cos(freqs), torch.sin(freqs)], dim=-1)
 
 
 def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-    """Consecutive pairs of x (B, nh, T, hs) taken as complex numbers and multiplied by the cache's -> (B, nh, T, hs)."""
+    """Consecutive pairs of x (B, nh, T, hs) as complex numbers, multiplied by the cache's -> (B, nh, T, hs)."""
     as_complex = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     turn = torch.view_as_complex(cache[: x.size(-2)].contiguous())
     return torch.view_as_real(as_complex * turn).flatten(-2)
@@ -78,7 +80,7 @@ class CourseAttention(nn.Module):
     forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C): query i sees keys j <= i.
     """
 
-    def __init__(self, c, size: int, rope: bool = False):
+    def __init__(self, c: GPTConfig, size: int, rope: bool = False):
         super().__init__()
         self.key, self.query, self.value, self.proj = (nn.Linear(c.n_embd, c.n_embd) for _ in range(4))
         self.attn_pdrop, self.resid_drop = c.attn_pdrop, nn.Dropout(c.resid_pdrop)
@@ -88,6 +90,7 @@ class CourseAttention(nn.Module):
         self.register_buffer("mask", torch.tril(torch.ones(size, size)).view(1, 1, size, size))
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, nh, T, hs)"""
         B, T, C = x.size()
         return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
@@ -101,7 +104,8 @@ class CourseAttention(nn.Module):
         return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, Tq, -1)))
 
 
-def course_mlp(c) -> nn.Sequential:
+def course_mlp(c: GPTConfig) -> nn.Sequential:
+    """The blocks' GELU MLP of width 4 * n_embd, with dropout: (B, T, C) -> (B, T, C)."""
     return nn.Sequential(
         nn.Linear(c.n_embd, 4 * c.n_embd), nn.GELU(), nn.Linear(4 * c.n_embd, c.n_embd), nn.Dropout(c.resid_pdrop)
     )
@@ -110,7 +114,7 @@ def course_mlp(c) -> nn.Sequential:
 class CourseBlock(nn.Module):
     """x + attn(ln1(x)), then + mlp(ln2(x)): (B, T, C) -> (B, T, C)."""
 
-    def __init__(self, c, size: int, rope: bool = False):
+    def __init__(self, c: GPTConfig, size: int, rope: bool = False):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(c.n_embd), nn.LayerNorm(c.n_embd)
         self.attn, self.mlp = CourseAttention(c, size, rope), course_mlp(c)
@@ -122,9 +126,9 @@ class CourseBlock(nn.Module):
 
 
 class CourseDownProjectBlock(nn.Module):
-    """2023 handout: the basis C (1, m, C) attends to x_input (B, T, C) -> (B, m, C); layernorms on C and the MLP's input."""
+    """2023 handout: the basis C (1, m, C) attends to x_input (B, T, C) -> (B, m, C); layernorms on C, MLP input."""
 
-    def __init__(self, c):
+    def __init__(self, c: GPTConfig):
         super().__init__()
         self.C = nn.Parameter(torch.zeros(1, c.bottleneck_dim, c.n_embd))
         self.ln1, self.ln2 = nn.LayerNorm(c.n_embd), nn.LayerNorm(c.n_embd)
@@ -136,9 +140,9 @@ class CourseDownProjectBlock(nn.Module):
 
 
 class CourseUpProjectBlock(nn.Module):
-    """2023 handout: x_input (B, T, C) attends to y (B, m, C) -> (B, T, C); layernorms on y and the MLP's input."""
+    """2023 handout: x_input (B, T, C) attends to y (B, m, C) -> (B, T, C); layernorms on y, MLP input."""
 
-    def __init__(self, c):
+    def __init__(self, c: GPTConfig):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(c.n_embd), nn.LayerNorm(c.n_embd)
         self.attn, self.mlp = CourseAttention(c, c.block_size), course_mlp(c)
@@ -149,13 +153,13 @@ class CourseUpProjectBlock(nn.Module):
 
 
 class CourseGPT(nn.Module):
-    """The handouts' GPT for a config with src's GPTConfig fields (variant vanilla, perceiver or rope).
+    """The handouts' GPT (config.variant vanilla, perceiver or rope).
 
     forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), cross-entropy loss with PAD (id 0)
     ignored, or None). Parameters start at zero: load them from a trained model (`course_copy`).
     """
 
-    def __init__(self, c):
+    def __init__(self, c: GPTConfig):
         super().__init__()
         self.c = c
         self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
@@ -172,6 +176,7 @@ class CourseGPT(nn.Module):
         self.head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
 
     def get_block_size(self) -> int:
+        """The longest sequence the model reads."""
         return self.c.block_size
 
     def forward(
@@ -192,7 +197,7 @@ class CourseGPT(nn.Module):
         return logits, loss
 
 
-def course_copy(model: nn.Module) -> CourseGPT:
+def course_copy(model: GPT) -> CourseGPT:
     """The course's model with `model`'s config and parameters (loaded strictly: the same names, shapes and
     buffers), on the same device and in the same train/eval mode."""
     course = CourseGPT(model.config).to(next(model.parameters()).device).train(model.training)
@@ -242,7 +247,7 @@ def sample(
     return x
 
 
-def predict(model: nn.Module, vocab, questions: list[str], device: torch.device) -> list[str]:
+def predict(model: nn.Module, vocab: Vocabulary, questions: list[str], device: torch.device) -> list[str]:
     """The handout's evaluation: each question + MASK continued greedily by `sample`, one question at a
     time; the answer is what comes before the next MASK. -> one answer per question.
 
@@ -262,7 +267,7 @@ def predict(model: nn.Module, vocab, questions: list[str], device: torch.device)
 # Training
 
 
-def optimizer(model: nn.Module, config) -> torch.optim.AdamW:
+def optimizer(model: nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
     """The handout's AdamW: weight decay on every parameter except biases and names containing
     "LayerNorm.weight" (none here does), at config.learning_rate, config.betas, config.weight_decay;
     PyTorch's default implementation (not fused)."""
@@ -293,11 +298,11 @@ def train_step(
     return loss
 
 
-def train(model: nn.Module, dataset: Dataset, config, device: torch.device, steps: int) -> list[float]:
+def train(model: nn.Module, dataset: Dataset, config: TrainerConfig, device: torch.device, steps: int) -> list[float]:
     """The handout trainer's loop for `steps` optimizer steps, epoch after epoch; returns every step's loss.
 
-    config: trainer.TrainerConfig's fields (batch_size, learning_rate, betas, weight_decay, grad_norm_clip,
-    lr_decay, warmup_tokens, final_tokens). The learning rate follows the handout's warm-up and uncapped
+    Of config it reads batch_size, learning_rate, betas, weight_decay, grad_norm_clip, lr_decay,
+    warmup_tokens and final_tokens. The learning rate follows the handout's warm-up and uncapped
     cosine, counting every position of every example as the handout does; it changes after each step.
     """
     model.to(device).train()
@@ -310,10 +315,9 @@ def train(model: nn.Module, dataset: Dataset, config, device: torch.device, step
             losses.append(loss.item())
             if config.lr_decay:
                 tokens += y.numel()  # the handout's (y >= 0).sum(): PAD is id 0
+                lr = config.learning_rate * lr_multiplier(tokens, config.warmup_tokens, config.final_tokens)
                 for group in opt.param_groups:
-                    group["lr"] = config.learning_rate * lr_multiplier(
-                        tokens, config.warmup_tokens, config.final_tokens
-                    )
+                    group["lr"] = lr
             if len(losses) == steps:
                 break
     return losses
