@@ -50,16 +50,10 @@ def attend(
     if q.is_cuda:
         with sdpa_kernel(CUDA_ATTENTION_KERNELS):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    att = dropout(attention_weights(q, k, mask), dropout_p)
-    return att @ v  # (B, nh, Tq, hs)
-
-
-def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Where each query looks: q (B, nh, Tq, hs), k (B, nh, Tk, hs), mask as in `attend` -> (B, nh, Tq, Tk)."""
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, Tq, Tk)
     if mask is not None:
         att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1)
+    return dropout(F.softmax(att, dim=-1), dropout_p) @ v  # (B, nh, Tq, hs)
 
 
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
