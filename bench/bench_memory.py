@@ -44,7 +44,6 @@ def worker(steps: int, multiple: int) -> None:
     ds = dataset.CharCorruptionDataset(dataset.read_text(ROOT / "data" / "wiki.txt"), 128)
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
-    model.set_impl("fast")
     optimizer = make_optimizer(model, TrainerConfig(learning_rate=2e-3))
     cpu, step, epoch, last = torch.device("cpu"), 0, 0, time.time()
     while step < steps:

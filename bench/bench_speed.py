@@ -1,4 +1,4 @@
-"""Speed benchmark: reference path vs fast path, measured in the same run.
+"""Speed benchmark: the course's plain code (the reference, bench/course.py) vs src's fast path, in the same run.
 
     python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
     python bench/bench_speed.py --parts train   # train | eval | finetune | optimizer | recite
@@ -7,9 +7,10 @@
 
 (1) training throughput for each variant: real tokens/s (non-PAD
     targets) and handout-equivalent tokens/s (examples x 127 positions, what the
-    handout's loop computes), reference vs fast;
-(2) greedy decoding of the 500 dev questions: reference (one line at a time,
-    full recompute) vs fast (batched, with KV caches);
+    handout's loop computes), reference (the handout's model and loop: fp32,
+    DataLoader, torch's AdamW) vs fast (run.py's Trainer);
+(2) greedy decoding of the 500 dev questions: reference (the handout's model,
+    one line at a time, full recompute) vs fast (batched, with KV caches);
 (3) a 10-epoch finetune on the 2,000 training questions with the fast path;
 (4) with --parts optimizer: one optimizer step for vanilla's parameters, AdamW
     (fused, the fast path's) against --optimizer muon, and Muon's Newton–Schulz
@@ -38,8 +39,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))  # research.py
+sys.path.insert(0, str(ROOT / "bench"))  # research.py, course.py
 
+import course  # noqa: E402
 from research import cpu_name  # noqa: E402
 
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
@@ -48,7 +50,7 @@ from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer  # noqa: E402
 from recite import recitation_prompt  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
-from utils import autocast, write_json_atomic  # noqa: E402
+from utils import write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
 VARIANTS = ("vanilla", "perceiver", "rope")
@@ -68,39 +70,45 @@ def machine_name(device: torch.device) -> str:
     return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
-def model_for(variant: str, vocab_size: int, impl: str, device: torch.device = CPU) -> GPT:
+def model_for(variant: str, vocab_size: int, device: torch.device = CPU) -> GPT:
+    """src's GPT at the handout's size (perceiver m = 64), seeded: every call starts from the same parameters."""
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=vocab_size, variant=variant, bottleneck_dim=64)
-    model = GPT(cfg).to(device)
-    model.set_impl(impl)
-    return model
+    return GPT(cfg).to(device)
 
 
 def train_throughput(
     ds: CharCorruptionDataset,
     variant: str,
-    impl: str,
+    path: str,
     steps: int,
     batch: int,
     device: torch.device = CPU,
     bf16: bool = True,
 ) -> dict:
-    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings
-    (bf16=False: the fast path without bf16 autocast, as --fp32 trains)."""
-    model = model_for(variant, ds.vocab_size, impl, device)
-    cfg = TrainerConfig(
-        max_epochs=10**6, batch_size=batch, learning_rate=6e-3, impl=impl, max_steps=steps + 2, bf16=bf16
-    )
-    trainer = Trainer(model, ds, cfg, device)
+    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings.
+
+    path "reference": the handout's model and loop (bench/course.py); "fast": run.py's Trainer
+    (bf16=False: without bf16 autocast, as --fp32 trains). Returns a row of the results file."""
+    model = model_for(variant, ds.vocab_size, device)
+    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, max_steps=steps + 2, bf16=bf16)
+    if path == "reference":
+        model = course.course_copy(model)
+        optimizer = course.optimizer(model, cfg)
+        batches = _forever(lambda epoch: course.batches(ds, batch))
+        step = lambda x, y: course.train_step(model, optimizer, x, y, cfg.grad_norm_clip)  # noqa: E731
+    else:
+        trainer = Trainer(model, ds, cfg, device)
+        batches = _forever(trainer.batches)  # each epoch's order is seeded
+        step = trainer.optimize
     model.train()
     real_tokens, examples, t_start = 0, 0, None
-    it = iter(_batches_forever(trainer))  # the same batches again: each epoch's order is seeded
     for i in range(steps + 2):
         if i == 2:
             synchronize(device)
             t_start = time.perf_counter()
-        x, y = next(it)
-        _train_step(trainer, x.to(device), y.to(device))
+        x, y = next(batches)
+        step(x.to(device), y.to(device))
         if i >= 2:
             real_tokens += int((y != 0).sum())
             examples += x.size(0)
@@ -108,8 +116,8 @@ def train_throughput(
     seconds = time.perf_counter() - t_start
     return {
         "variant": variant,
-        "impl": impl,
-        "bf16": bf16 and impl == "fast",
+        "impl": path,  # the results' key (bench/tables.py reads it)
+        "bf16": bf16 and path == "fast",
         "steps": steps,
         "batch_size": batch,
         "seconds_per_step": seconds / steps,
@@ -118,24 +126,16 @@ def train_throughput(
     }
 
 
-def _train_step(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> None:
-    with autocast(trainer.device, trainer.config.impl == "fast" and trainer.config.bf16):
-        _, loss = trainer.forward_model(x, y)
-    trainer.model.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
-    trainer.optimizer.step()
-
-
-def _batches_forever(trainer: Trainer):
+def _forever(epoch_batches):
+    """The batches of epoch 0, 1, 2, ... of `epoch_batches(epoch)`, one after another."""
     epoch = 0
     while True:
-        yield from trainer.batches(epoch)
+        yield from epoch_batches(epoch)
         epoch += 1
 
 
 def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = None) -> dict:
-    """Decode the 500 dev questions with both decoders from the same model.
+    """Decode the 500 dev questions with the handout's model and loop and with src's, from the same parameters.
 
     Untrained (params None), the model never produces the closing MASK, so the
     fast decoder runs every row to 32 characters: its worst case. A trained
@@ -145,16 +145,17 @@ def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = No
     out = {"variant": variant, "lines": len(questions), "params": str(params) if params else "untrained"}
     preds = {}
     threads = torch.get_num_threads()
-    for impl in ("reference", "fast"):
-        model = model_for(variant, ds.vocab_size, impl)
-        if params is not None:
-            model.load_state_dict(torch.load(params, weights_only=True))
+    model = model_for(variant, ds.vocab_size)
+    if params is not None:
+        model.load_state_dict(torch.load(params, weights_only=True))
+    decoders = {"reference": (course.predict, course.course_copy(model)), "fast": (predict, model)}
+    for path, (decode, decoding_model) in decoders.items():
         # One line at a time is far faster on one thread here (2 threads: ~70x slower per line), so
         # the reference gets its best setting; the batched decoder uses every thread.
-        torch.set_num_threads(1 if impl == "reference" else threads)
+        torch.set_num_threads(1 if path == "reference" else threads)
         t0 = time.perf_counter()
-        preds[impl] = predict(model, ds.vocab, questions, impl, torch.device("cpu"))
-        out[f"{impl}_seconds"] = time.perf_counter() - t0
+        preds[path] = decode(decoding_model, ds.vocab, questions, CPU)
+        out[f"{path}_seconds"] = time.perf_counter() - t0
     torch.set_num_threads(threads)
     out["identical_predictions"] = preds["reference"] == preds["fast"]
     out["speedup"] = out["reference_seconds"] / out["fast_seconds"]
@@ -178,7 +179,7 @@ def recite_speed(ds: CharCorruptionDataset, pretrained: Path, chars: int, refere
     caches), and the first `reference_people` of them one at a time with full recompute; the one-at-a-time
     figure for all of them is extrapolated from those."""
     side = json.loads(Path(f"{pretrained}.json").read_text())
-    model = model_for(side["variant"], ds.vocab_size, "fast")
+    model = model_for(side["variant"], ds.vocab_size)
     model.load_state_dict(torch.load(pretrained, weights_only=True))
     questions = [q for q in read_questions(DATA / "birth_places_train.tsv", require_place=True) if q]
     prompts = [recitation_prompt(q.text, "train") for q in questions]
@@ -197,7 +198,7 @@ def recite_speed(ds: CharCorruptionDataset, pretrained: Path, chars: int, refere
 
 
 def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
-    model = model_for(variant, ds.vocab_size, "fast")
+    model = model_for(variant, ds.vocab_size)
     names = NameDataset(ds, DATA / "birth_places_train.tsv")
     cfg = TrainerConfig(
         max_epochs=epochs,
@@ -218,7 +219,7 @@ def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
     run; on a CPU without native bf16 the fast path computes it from one eigendecomposition instead)."""
     out = {"steps": steps}
     for name in ("adamw", "muon", "muon_iterated"):
-        model = model_for("vanilla", vocab_size, "fast")
+        model = model_for("vanilla", vocab_size)
         for param in model.parameters():
             param.grad = torch.randn_like(param)
         optimizer = make_optimizer(model, TrainerConfig(optimizer=name.removesuffix("_iterated")))

@@ -13,7 +13,7 @@ fast path's attention on CUDA forced to one kernel:
   matmul                             the plain matmul-softmax of the CPU fast path
 
 It prints run.py's per-epoch losses; compare them across kernels (and with
-`--fp32`, or `--impl reference`). On an H100 (PyTorch 2.11, 2026-11-25): cuDNN
+`--fp32`). On an H100 (PyTorch 2.11, 2026-11-25): cuDNN
 NaN from epoch 1, memory-efficient stalled at 3.0-3.2, math 2.29 and matmul 2.44
 at epoch 200 (bench/RESEARCH.md). Needs a CUDA GPU.
 """

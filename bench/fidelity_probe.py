@@ -6,14 +6,15 @@
 Each probe trains a fresh vanilla model (seed 0) for the given number of
 optimizer steps with run.py's pretraining schedule (the handout's: warm-up,
 then an uncapped cosine over 200 epochs' worth of tokens; batch 128; default
-lr 6e-3 and dropout 0.1), through the same Trainer that run.py uses, then
-reports the loss on 10 fixed batches of 128 corrupted wiki.txt examples
-(random, unbucketed, full length; fp32, eval mode). Paths:
+lr 6e-3 and dropout 0.1), then reports the loss on 10 fixed batches of 128
+corrupted wiki.txt examples (random, unbucketed, full length; fp32, eval mode).
+Paths:
 
-- fast: what run.py does (bucketed and cropped batches, bf16, fast dropout)
+- fast: what run.py does, through its Trainer (bucketed and cropped batches, bf16, fast dropout)
 - fast-fp32: the same without bf16 autocast
-- fast-unbucketed: random batches as in the handout (cropped to their longest example)
-- reference: the handout's loop (fp32, per-example __getitem__, full length)
+- fast-unbucketed: random batches (cropped to their longest example)
+- reference: the handout's model and loop from the same starting point (bench/course.py: fp32,
+  per-example __getitem__ in the corpus's order, full length, torch's AdamW with the handout's decay rule)
 
 The unit tests prove that one batch's loss and gradients agree between paths;
 this probe checks what they cannot: that a training run as a whole (batch
@@ -34,6 +35,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import course  # noqa: E402
 
 from dataset import CharCorruptionDataset, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -44,7 +48,7 @@ PATHS = {
     "fast": {},
     "fast-fp32": {"bf16": False},
     "fast-unbucketed": {"order": "shuffled"},
-    "reference": {"impl": "reference"},
+    "reference": {},  # bench/course.py's loop
 }
 
 
@@ -53,8 +57,6 @@ def probe(ds: CharCorruptionDataset, held_out: list, path: str, steps: int, lr: 
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=ds.vocab_size, embd_pdrop=dropout, resid_pdrop=dropout, attn_pdrop=dropout)
     model = GPT(config)
-    settings = {"impl": "fast", **PATHS[path]}
-    model.set_impl(settings["impl"])
     trainer_config = TrainerConfig(
         max_epochs=10_000,
         max_steps=steps,
@@ -63,11 +65,14 @@ def probe(ds: CharCorruptionDataset, held_out: list, path: str, steps: int, lr: 
         lr_decay=True,
         warmup_tokens=512 * 20,
         final_tokens=200 * len(ds) * 128,
-        **settings,
+        **PATHS[path],
     )
-    Trainer(model, ds, trainer_config, CPU).train()
+    if path == "reference":
+        model = course.course_copy(model)
+        course.train(model, ds, trainer_config, CPU, steps)
+    else:
+        Trainer(model, ds, trainer_config, CPU).train()
     model.eval()
-    model.set_impl("reference")
     with torch.no_grad():
         return float(np.mean([model(x, y)[1].item() for x, y in held_out]))
 

@@ -98,7 +98,6 @@ def main() -> None:
         config = GPTConfig(ds.vocab_size, variant=argv[0], bottleneck_dim=m)
         model = GPT(config)
         model.load_state_dict(state)
-        model.set_impl("fast")
         model.eval()
         hits = recall(model, ds, items)
         r = sum(hits) / len(hits)

@@ -6,8 +6,8 @@
     python mingpt-demo/play_char.py --input my.txt       # any UTF-8 text
 
 The model and the training loop are the repository's (`src/model.py`,
-`src/trainer.py`), and so is sampling (`src/decode.py`). This file adds the
-character dataset and the few steps that tie them together; `play_char.ipynb`
+`src/trainer.py`); sampling is the handout's (`bench/course.py`). This file adds
+the character dataset and the few steps that tie them together; `play_char.ipynb`
 imports these functions and runs the same steps cell by cell.
 """
 
@@ -29,9 +29,11 @@ from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # course.py: the handout's sampler
+
+from course import sample  # noqa: E402
 
 from dataset import Vocabulary, read_text  # noqa: E402
-from decode import sample  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import UserError, bf16_supported, pick_device, seed_everything  # noqa: E402
@@ -86,7 +88,7 @@ class CharDataset(Dataset):
 
     ds[i] -> (x, y), LongTensors (block_size,): the first and the last block_size
     characters of the i-th window, so y[t] is the character that follows x[t].
-    `epoch_batches` (the Trainer's fast path) shifts the cut by a random offset
+    `epoch_batches` (how the Trainer batches it) shifts the cut by a random offset
     every epoch, so over epochs the model sees windows starting anywhere.
     Ids come from the repository's Vocabulary: 0 is PAD (ignored by the loss)
     and 1 is MASK, both unused here, so no real character has id 0.
@@ -150,9 +152,7 @@ def make_model(cfg: DemoConfig, vocab_size: int) -> GPT:
         raise UserError(f"--n_embd {cfg.n_embd} must be divisible by --n_head {cfg.n_head}")
     seed_everything(cfg.seed)
     p = cfg.dropout
-    model = GPT(GPTConfig(vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd, p, p, p))
-    model.set_impl("fast")  # the path run.py trains and answers on, and the Trainer's default
-    return model
+    return GPT(GPTConfig(vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd, p, p, p))
 
 
 def train(model: GPT, train_set: CharDataset, cfg: DemoConfig, device: torch.device) -> list[float]:
@@ -199,7 +199,7 @@ def generate(
     top_k: int | None = None,
     greedy: bool = False,
 ) -> str:
-    """The prompt and `chars` more characters, drawn with the repository's `sample`."""
+    """The prompt and `chars` more characters, drawn with the handout's `sample`."""
     if not prompt:
         raise UserError("--prompt must not be empty")
     top_k = min(top_k, len(vocab)) if top_k else None

@@ -39,7 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from attention import IMPLS, MultiHeadAttention
+from attention import MultiHeadAttention
 from utils import (
     UserError,
     check_output_file,
@@ -226,7 +226,6 @@ class AddSubConfig:
         default="sinusoidal",
         metadata={"help": "positional encoding", "choices": ("sinusoidal", "linear")},
     )
-    attn_impl: str = field(default="fast", metadata={"help": "attention implementation", "choices": IMPLS})
     vocab_size: int = field(default=len(TOKENS), metadata={"help": "vocabulary size (16: no PAD needed)"})
     max_len: int = field(default=16, metadata={"help": "longest sequence the positional encoding covers"})
 
@@ -341,13 +340,11 @@ class AddSubTransformer(nn.Module):
         self.register_buffer(
             "causal", torch.tril(torch.ones(cfg.max_len, cfg.max_len, dtype=torch.bool)), persistent=False
         )
-        self.set_attn_impl(cfg.attn_impl)
-
-    def set_attn_impl(self, impl: str) -> None:
-        """Switch every attention layer to 'fast' or 'reference'."""
+        # Attention outputs keep torch's dropout, as every recorded AddSub run was trained (only the
+        # attention weights took attention.dropout): the same seed still trains the same model.
         for m in self.modules():
             if isinstance(m, MultiHeadAttention):
-                m.impl = impl
+                m.resid_drop = nn.Dropout(cfg.dropout)
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, C)"""
@@ -619,6 +616,12 @@ def save_params(path: str | Path, model: AddSubTransformer, extra: dict | None =
     write_json_atomic(f"{path}.json", {"config": asdict(model.cfg), **(extra or {})})
 
 
+def config_from(saved: dict) -> AddSubConfig:
+    """The AddSubConfig a saved dict describes (params files, results); keys of settings since removed are ignored."""
+    known = {f.name for f in fields(AddSubConfig)}
+    return AddSubConfig(**{k: v for k, v in saved.items() if k in known})
+
+
 def load_params(path: str | Path, device: torch.device | str = "cpu") -> AddSubTransformer:
     """Rebuild the model from a params file written by save_params, in eval mode."""
     if not Path(path).is_file():
@@ -627,7 +630,7 @@ def load_params(path: str | Path, device: torch.device | str = "cpu") -> AddSubT
         )
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
-        model = AddSubTransformer(AddSubConfig(**blob["config"]))
+        model = AddSubTransformer(config_from(blob["config"]))
         model.load_state_dict(blob["model"])
     except Exception as e:  # any unreadable or foreign file is the user's input, not our bug
         raise UserError(

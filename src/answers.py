@@ -76,7 +76,7 @@ def evaluate(
         if not math.isnan(share):
             print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling)")
             writer.add_scalar("eval/place_in_recitation", share, 0)
-    scores = answer_and_score(members, vocab, questions, texts, args.impl, device)
+    scores = answer_and_score(members, vocab, questions, texts, device)
     predictions = [s.answer for s in scores]
     seconds = time.time() - t0
     write_answers(args, entries, scores)
@@ -117,7 +117,6 @@ def answer_and_score(
     vocab: Vocabulary,
     questions: list[Question],
     texts: list[str],
-    impl: str,
     device: torch.device,
 ) -> list[AnswerScore]:
     """Every member's greedy answer to each of `texts` (the questions, or their recitations), scored;
@@ -125,7 +124,7 @@ def answer_and_score(
     answers = []
     for params, member in members:
         member.to(device)
-        predictions = predict(member, vocab, texts, impl, device)
+        predictions = predict(member, vocab, texts, device)
         answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
         if len(members) > 1:
             report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
@@ -184,7 +183,7 @@ def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, dev
     if reader is not None:
         with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
             (prompt,) = recitations(args, vocab, [Question(question, None, 1)], reader, device, "question")
-    answer = predict(model, vocab, [prompt], args.impl, device)[0]
+    answer = predict(model, vocab, [prompt], device)[0]
     (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
     if reader is not None:
         print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")

@@ -1,18 +1,15 @@
 """Attention: the maths in one place.
 
-`attend` is scaled dot-product attention with two implementations behind one
-interface:
+`attend` is scaled dot-product attention: on CUDA, PyTorch's
+`scaled_dot_product_attention` restricted to its math kernel (the fused ones
+broke bf16 training: see `CUDA_ATTENTION_KERNELS`); on CPU the plain
+matmul-softmax, whose backward beat the fused CPU kernel's where it was measured
+(bench/RESEARCH.md, "Engineering").
 
-- "reference": the plain masked-softmax written out in three lines, the version
-  to read and the one the tests trust;
-- "fast": on CUDA, PyTorch's `scaled_dot_product_attention` restricted to its
-  math kernel (the fused ones broke bf16 training: see `CUDA_ATTENTION_KERNELS`);
-  on CPU the plain matmul-softmax, whose backward beat the fused CPU kernel's
-  where it was measured (bench/RESEARCH.md, "Engineering").
-
-`dropout` likewise: PyTorch's own on the reference path and on CUDA; on CPU the
-fast path draws its random bits four at a time, because `bernoulli_` was a large
-share of a training step with the handout's dropout 0.1 (bench/RESEARCH.md).
+`dropout` is PyTorch's own on CUDA; on CPU it draws its random bits four at a
+time, because `bernoulli_` was a large share of a training step with the
+handout's dropout 0.1 (bench/RESEARCH.md). The handout's plain versions of both
+are in bench/course.py, which the tests and the speed benchmark compare against.
 
 The modules below add the learned projections. Their parameter names (`key`,
 `query`, `value`, `proj`) and the persistent `mask` buffer match the course
@@ -27,8 +24,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-IMPLS = ("fast", "reference")
 
 # Which of scaled_dot_product_attention's kernels CUDA may use: the math kernel only,
 # which computes bf16 inputs in fp32. Under bf16 autocast cuDNN's kernel (PyTorch's first
@@ -45,7 +40,6 @@ def attend(
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
-    impl: str = "reference",
 ) -> torch.Tensor:
     """Scaled dot-product attention.
 
@@ -53,33 +47,27 @@ def attend(
     (B, nh, Tq, Tk), True where a query may look at a key (None: no mask).
     Returns (B, nh, Tq, hs). Every query row must be allowed at least one key.
     """
-    if impl == "fast" and q.is_cuda:
+    if q.is_cuda:
         with sdpa_kernel(CUDA_ATTENTION_KERNELS):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    att = dropout(attention_weights(q, k, mask), dropout_p, impl)
-    return att @ v  # (B, nh, Tq, hs)
-
-
-def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Where each query looks: q (B, nh, Tq, hs), k (B, nh, Tk, hs), mask as in `attend` -> (B, nh, Tq, Tk)."""
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, Tq, Tk)
     if mask is not None:
         att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1)
+    return dropout(F.softmax(att, dim=-1), dropout_p) @ v  # (B, nh, Tq, hs)
 
 
-def dropout(x: torch.Tensor, p: float, impl: str = "reference") -> torch.Tensor:
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Zero each element of x with probability p and scale the rest so the mean is kept; same shape as x.
 
-    Call with p = 0 when not training. "reference" (and any CUDA tensor) is
-    F.dropout. "fast" on CPU draws one 64-bit random number per four elements
-    and drops an element when 15 of its 16 bits fall below round(p * 2**15):
-    the rate is p to within 2**-16 (0.1 -> 0.10001) and kept values are scaled
-    by the exact 1 / (1 - rate). Both use PyTorch's seeded generator.
+    Call with p = 0 when not training. A CUDA tensor gets F.dropout. On CPU
+    one 64-bit random number is drawn per four elements and an element is
+    dropped when 15 of its 16 bits fall below round(p * 2**15): the rate is p
+    to within 2**-16 (0.1 -> 0.10001) and kept values are scaled by the exact
+    1 / (1 - rate). Both use PyTorch's seeded generator.
     """
     if p == 0.0:
         return x
-    if impl != "fast" or x.is_cuda:
+    if x.is_cuda:
         return F.dropout(x, p=p)
     n = x.numel()
     # random_() fills int64 with 63 random bits: every 16-bit lane has at least 15 random low bits.
@@ -90,15 +78,14 @@ def dropout(x: torch.Tensor, p: float, impl: str = "reference") -> torch.Tensor:
 
 
 class Dropout(nn.Module):
-    """nn.Dropout with the fast path of `dropout`: (any shape) -> (same shape); identity in eval mode."""
+    """nn.Dropout computed by `dropout`: (any shape) -> (same shape); identity in eval mode."""
 
     def __init__(self, p: float) -> None:
         super().__init__()
         self.p = p
-        self.impl = "reference"  # set by the model: "fast" or "reference"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dropout(x, self.p if self.training else 0.0, self.impl)
+        return dropout(x, self.p if self.training else 0.0)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -155,7 +142,6 @@ class MultiHeadAttention(nn.Module):
         self.attn_pdrop = attn_pdrop
         self.resid_drop = Dropout(resid_pdrop)
         self.n_head = n_head
-        self.impl = "reference"  # set by the model: "fast" or "reference"
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, C) -> (B, nh, T, hs)"""
@@ -172,7 +158,7 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """Attention over already-split heads, then the output projection: -> (B, Tq, C)."""
         p = self.attn_pdrop if self.training else 0.0
-        y = attend(q, k, v, mask, dropout_p=p, impl=self.impl)
+        y = attend(q, k, v, mask, dropout_p=p)
         return self.resid_drop(self.proj(self.merge_heads(y)))
 
     def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

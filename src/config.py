@@ -99,7 +99,6 @@ def trainer_config(
         max_steps=args.max_steps,
         budget_seconds=None if budget is None else budget * 60,
         budget_fit=budget is not None and args.schedule == "run",
-        impl=args.impl,
         order=args.order,
         decay=args.decay,
         bf16=not args.fp32,
@@ -133,9 +132,7 @@ def build_model(args: argparse.Namespace, vocab_size: int, variant: str | None =
         raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
     if config.variant == "perceiver" and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
         raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {config.bottleneck_dim}")
-    model = GPT(config)
-    model.set_impl(args.impl)
-    return model
+    return GPT(config)
 
 
 def check_args(args: argparse.Namespace) -> None:

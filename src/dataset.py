@@ -2,10 +2,10 @@
 birth-place question set.
 
 Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`,
-each a LongTensor of length block_size - 1), which the reference training path
-feeds through a `DataLoader`. The fast path instead asks for a whole epoch of
-batches at once (`epoch_batches`): built with numpy in one go, grouped by
-length and cropped so that no compute is spent on padding.
+each a LongTensor of length block_size - 1), which the handout's training loop
+(bench/course.py) feeds through a `DataLoader`. The trainer instead asks for a
+whole epoch of batches at once (`epoch_batches`): built with numpy in one go,
+grouped by length and cropped so that no compute is spent on padding.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ class NameDataset(Dataset):
 CROP_MULTIPLE = 8  # batches are cropped to a multiple of this many positions (see _batches)
 
 # How an epoch's examples are ordered into batches:
-#   "bucketed": shuffled, then grouped by length (the fast path's default: least padding);
+#   "bucketed": shuffled, then grouped by length (the default: least padding);
 #   "shuffled": random batches;
 #   "file":     the corpus's own order, the same batches every epoch, as the handout's trainer
 #               builds them (its DataLoader is not told to shuffle).

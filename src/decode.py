@@ -1,10 +1,11 @@
-"""Decoding: the handout's one-question-at-a-time sampler, and the fast batched greedy decoder.
+"""Decoding: greedy answers in batches, with key/value caches.
 
-- `sample` is the reference: the handout's loop, recomputing the whole prefix
-  for every new character;
-- `predict` on the fast path decodes many questions at once, in batches of
-  similar length (`decode_batches`), with key/value caches (`next_logits_fn`,
-  `attention.KVCache`), and gives exactly the reference's answers (tested).
+`predict` decodes many questions at once, in batches of similar length
+(`decode_batches`), with key/value caches (`next_logits_fn`,
+`attention.KVCache`), and gives exactly the answers of the handout's loop,
+which decodes one question at a time and recomputes the whole prefix for every
+character (bench/course.py; tested). `continue_text` does the same for the
+recite protocol's recitations.
 """
 
 from __future__ import annotations
@@ -12,51 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from dataset import MASK_CHAR, Vocabulary
 from model import GPT
 
 MAX_ANSWER_CHARS = 32  # greedy decoding stops after this many characters, as in the handout
-
-
-def top_k_logits(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the k largest logits of each row (B, V), set the rest to -inf."""
-    v, _ = torch.topk(logits, k)
-    return logits.masked_fill(logits < v[:, [-1]], float("-inf"))
-
-
-@torch.no_grad()
-def sample(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    steps: int,
-    temperature: float = 1.0,
-    sample: bool = False,
-    top_k: int | None = None,
-) -> torch.Tensor:
-    """Extend each row of x (B, T) by `steps` tokens -> (B, T + steps).
-
-    sample=False is greedy (argmax); otherwise draw from softmax(logits / temperature),
-    optionally restricted to the top_k tokens. The context is cropped to the
-    model's block_size, as in the handout. Full recompute each step: the plain
-    reference decoder; `greedy_decode_batch` is the fast one.
-    """
-    block_size = model.get_block_size()
-    model.eval()
-    for _ in range(steps):
-        x_cond = x if x.size(1) <= block_size else x[:, -block_size:]
-        logits, _ = model(x_cond)
-        logits = logits[:, -1, :] / temperature
-        if top_k is not None:
-            logits = top_k_logits(logits, top_k)
-        if sample:
-            ix = torch.multinomial(F.softmax(logits.float(), dim=-1), num_samples=1)
-        else:
-            _, ix = torch.topk(logits, k=1, dim=-1)
-        x = torch.cat((x, ix), dim=1)
-    return x
 
 
 @torch.no_grad()
@@ -97,7 +59,7 @@ def greedy_decode_batch(
     return [tokens[i, len(p) : int(lengths[i])].tolist() for i, p in enumerate(prompts)]
 
 
-DECODE_BATCH = 128  # questions decoded together by the fast path (see README, "Speed")
+DECODE_BATCH = 128  # questions decoded together (see README, "Speed")
 DECODE_TOKENS = 4096  # and at most this many prompt positions (rows x longest prompt) in one batch
 
 
@@ -120,29 +82,20 @@ def decode_batches(lengths: list[int], max_rows: int, max_tokens: int) -> list[l
     return batches
 
 
-def predict(model: GPT, vocab: Vocabulary, questions: list[str], impl: str, device: torch.device) -> list[str]:
-    """Greedy answers: each question + MASK is continued until the next MASK (or 32 characters)."""
+def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.device) -> list[str]:
+    """Greedy answers, one per question: each question + MASK is continued until the next MASK (or
+    32 characters, or the block's end), decoded in batches of questions of similar length, so that
+    little of each batch is padding."""
     model.eval()
-    prompts = [q + MASK_CHAR for q in questions]
-    block = model.get_block_size()
-    mask_id = vocab.stoi[MASK_CHAR]
-    encoded = [vocab.encode(p) for p in prompts]
-    answers: list[list[int]] = []
-    if impl == "reference":
-        for ids in tqdm(encoded, desc="decoding", leave=False):
-            x = torch.tensor([ids], dtype=torch.long, device=device)
-            steps = min(MAX_ANSWER_CHARS, block - len(ids))
-            out = sample(model, x, steps, sample=False)[0, len(ids) :].tolist()
-            answers.append(out)
-    else:  # in batches of questions of similar length, so little of each batch is padding
-        answers = [[] for _ in encoded]
-        batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
-        for rows in tqdm(batches, desc="decoding", leave=False):
-            batch = greedy_decode_batch(
-                next_logits_fn(model), [encoded[i] for i in rows], MAX_ANSWER_CHARS, mask_id, block, device
-            )
-            for i, answer in zip(rows, batch, strict=True):
-                answers[i] = answer
+    block, mask_id = model.get_block_size(), vocab.stoi[MASK_CHAR]
+    encoded = [vocab.encode(q + MASK_CHAR) for q in questions]
+    answers: list[list[int]] = [[] for _ in encoded]
+    batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
+    for rows in tqdm(batches, desc="decoding", leave=False):
+        batch = [encoded[i] for i in rows]
+        decoded = greedy_decode_batch(next_logits_fn(model), batch, MAX_ANSWER_CHARS, mask_id, block, device)
+        for i, answer in zip(rows, decoded, strict=True):
+            answers[i] = answer
     # A newline inside an answer would break the one-line-per-input predictions file.
     return [vocab.decode(a).split(MASK_CHAR)[0].replace("\n", " ") for a in answers]
 

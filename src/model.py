@@ -68,7 +68,7 @@ class Block(nn.Module):
 
 
 class DownProjectBlock(nn.Module):
-    """Cross-attention from a learned basis C (1, m, C) onto the input: (B, T, C) -> (B, m, C).
+    """Cross-attention from a learned basis C (1, m, C) onto the input: (B, T, C) -> (B, min(m, T), C).
 
     As the handout writes it: x = C + attn(keys and values from x_input, queries
     from ln1(C)), then x + mlp(ln2(x)). The input itself is not normalised here.
@@ -76,9 +76,10 @@ class DownProjectBlock(nn.Module):
     Bottleneck position i attends to input positions <= i (the causal rule kept
     across lengths), so no output ever depends on a later input token.
 
-    On the fast path an input shorter than m (T < m) gets only the first T
-    bottleneck positions: the up-projection lets output t read bottleneck
-    positions <= t < T only, so the others cannot change any output (tested).
+    An input shorter than m (T < m) gets only the first T bottleneck positions:
+    the up-projection lets output t read bottleneck positions <= t < T only, so
+    the others cannot change any output (tested against the handout's, which
+    computes all m: bench/course.py).
     """
 
     def __init__(self, config: GPTConfig):
@@ -91,10 +92,9 @@ class DownProjectBlock(nn.Module):
             config.n_embd, config.n_head, config.block_size, config.attn_pdrop, config.resid_pdrop
         )
         self.mlp = mlp(config)
-        self.impl = "reference"  # set by GPT.set_impl
 
     def forward(self, x_input: torch.Tensor) -> torch.Tensor:
-        m = self.C.size(1) if self.impl == "reference" else min(self.C.size(1), x_input.size(1))
+        m = min(self.C.size(1), x_input.size(1))
         C = self.C[:, :m].expand(x_input.size(0), -1, -1)
         x = C + self.attn(x_input, self.ln1(C))
         return x + self.mlp(self.ln2(x))
@@ -182,12 +182,6 @@ class GPT(nn.Module):
         """The longest sequence the model reads (the handout's accessor)."""
         return self.config.block_size
 
-    def set_impl(self, impl: str) -> None:
-        """Choose the attention implementation ("fast" or "reference") for every layer."""
-        for m in self.modules():
-            if hasattr(m, "impl"):
-                m.impl = impl
-
     def forward(
         self,
         idx: torch.Tensor,
@@ -214,7 +208,7 @@ class GPT(nn.Module):
                 y = block(y, cache)
             x = self.up_block.forward_cached(y, x, positions, up)
         elif perceiver:
-            y = self.down_block(x)  # (B, m, C)
+            y = self.down_block(x)  # (B, min(m, T), C)
             y = self.blocks(y)
             x = self.up_block(y, x)  # (B, T, C)
         elif caches is not None:

@@ -24,7 +24,6 @@ class OptimizerSettings(Protocol):
     learning_rate: float
     betas: tuple[float, float]
     weight_decay: float
-    impl: str  # "fast" or "reference"
     bf16: bool
 
 
@@ -83,7 +82,7 @@ class Muon(torch.optim.Optimizer):
 
     torch.optim.Muon computes the iteration in bf16 whatever the hardware, which is many times slower
     on a CPU without native bf16 than this fp32 version (bench/RESEARCH.md).
-    spectral=True computes the same iteration with `orthogonalize_spectral` (the CPU fast path).
+    spectral=True computes the same iteration with `orthogonalize_spectral` (on a CPU in fp32).
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
@@ -161,9 +160,9 @@ def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.o
         {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
         {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
     ]
-    # The fused kernel does the same update in one pass, several times faster; the reference path
-    # keeps PyTorch's default implementation.
-    fused = config.impl == "fast" and all(p.device.type in ("cpu", "cuda") for p in params.values())
+    # The fused kernel does the same update in one pass, several times faster than PyTorch's default
+    # (which the handout's trainer uses: bench/course.py).
+    fused = all(p.device.type in ("cpu", "cuda") for p in params.values())
     adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused or None)
     if config.optimizer == "adamw":
         return adamw
@@ -172,10 +171,10 @@ def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.o
     matrices = [p for n, p in params.items() if n in hidden]
     if not matrices:  # every hidden matrix frozen: AdamW has the rest
         return adamw
-    # bf16 only where it is native and the fast path asks for it, as for the forward pass.
-    native_bf16 = config.impl == "fast" and config.bf16 and bf16_supported(matrices[0].device)
+    # bf16 only where it is native and the config asks for it, as for the forward pass.
+    native_bf16 = config.bf16 and bf16_supported(matrices[0].device)
     ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
     # In fp32 on a CPU one eigendecomposition beats five rounds of matmuls; GPUs keep the iteration.
-    spectral = config.impl == "fast" and not native_bf16 and matrices[0].device.type == "cpu"
+    spectral = not native_bf16 and matrices[0].device.type == "cpu"
     muon = Muon(matrices, config.learning_rate, config.weight_decay, ns_dtype=ns_dtype, spectral=spectral)
     return MuonAdamW(muon, adamw)

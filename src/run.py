@@ -168,7 +168,7 @@ def announce(args: argparse.Namespace, cfg: TrainerConfig, examples: int, device
     )
     print(
         f"{args.function} {args.variant}: {examples} examples, {plan}, batch {cfg.batch_size}, "
-        f"lr {cfg.learning_rate:g}, {cfg.optimizer}, impl {cfg.impl}, device {device}"
+        f"lr {cfg.learning_rate:g}, {cfg.optimizer}, device {device}"
     )
     if device.type == "cpu" and args.preset == "handout":
         print(
@@ -312,8 +312,6 @@ def add_recipe_and_run_flags(p: Parser) -> None:
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
 
     g = p.add_argument_group("speed")
-    g.add_argument("--impl", choices=["fast", "reference"], default="fast",
-                   help="fast: bucketed batches, bf16, cached batched decoding; reference: the handout's plain loops")  # fmt: skip
     g.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
 
 

@@ -1,6 +1,8 @@
 """The training loop. It knows nothing about GPTs: any model whose forward
-returns (logits, loss) will do. The dataset yields (x, y) pairs; on the fast
-path it also batches them itself (`epoch_batches`, see Trainer)."""
+returns (logits, loss) will do. The dataset batches its (x, y) pairs itself
+(`epoch_batches`, see Trainer). The handout's plain loop (a DataLoader, torch's
+AdamW, fp32) is in bench/course.py, which the tests and the speed benchmark
+compare against."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from optim import make_optimizer
@@ -48,10 +50,9 @@ class TrainerConfig:
     # (run.py plans only such a schedule) ends annealed as the budget ends, even when other work
     # slows the machine down or stops doing so.
     budget_fit: bool = False
-    impl: str = "fast"  # "fast": vectorised, length-bucketed batches + bf16; "reference": the handout's loop
-    bf16: bool = True  # bf16 autocast on the fast path where the hardware supports it
-    # How each epoch's examples are batched: "bucketed" (the fast path's: shuffled and grouped by
-    # length), "shuffled" or "file" (the handout's trainer: the corpus order, the same every epoch).
+    bf16: bool = True  # bf16 autocast where the hardware supports it (and Muon's iteration in bf16 there)
+    # How each epoch's examples are batched: "bucketed" (shuffled and grouped by length), "shuffled"
+    # or "file" (as the handout's trainer does: the corpus order, the same every epoch).
     order: str = "bucketed"
     # Which parameters weight decay shrinks: "matmul" (the weights of nn.Linear layers, see
     # make_optimizer) or "all_but_biases" (the handout's trainer: it exempts biases and any name
@@ -94,8 +95,8 @@ class TrainingInterrupted(Exception):
 class Trainer:
     """Trains `model` on `train_dataset` with `config`.
 
-    The dataset yields (x, y) pairs of length `example_length`; on the fast
-    path it also provides `epoch_batches(batch_size, rng)`. `log(name, value,
+    The dataset yields (x, y) pairs of length `example_length` and batches
+    them itself: `epoch_batches(batch_size, rng, order)`. `log(name, value,
     step)` receives scalars (e.g. a TensorBoard writer's add_scalar).
 
     With `config.ckpt_path` a full checkpoint (model, optimizer, schedule
@@ -147,17 +148,6 @@ class Trainer:
     def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         """The global batches of `epoch`, after the first `skip`; the same for every rank and on every run."""
         cfg = self.config
-        if cfg.impl == "reference":
-            g = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-            n = len(self.train_dataset)
-            order = torch.arange(n) if cfg.order == "file" else torch.randperm(n, generator=g)
-            order = order[skip * cfg.batch_size :].tolist()
-            return DataLoader(
-                self.train_dataset,
-                batch_size=cfg.batch_size,
-                sampler=order,
-                generator=g,  # keeps the loader from drawing on the global RNG (exact resume)
-            )
         rng = np.random.default_rng([cfg.seed, epoch])
         return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
 
@@ -268,7 +258,7 @@ class Trainer:
         """One optimizer step on this rank's rows of the global batch x, y (B, T); returns the loss."""
         x = x[self.rank :: self.world_size].to(self.device)
         y = y[self.rank :: self.world_size].to(self.device)
-        with autocast(self.device, self.config.impl == "fast" and self.config.bf16):
+        with autocast(self.device, self.config.bf16):
             _, loss = self.forward_model(x, y)
         self.forward_model.zero_grad(set_to_none=True)
         loss.backward()

@@ -24,13 +24,12 @@ def loop_attention(q, k, v, mask):
     return out
 
 
-@pytest.mark.parametrize("impl", ["reference", "fast"])
 @pytest.mark.parametrize(("tq", "tk"), [(5, 5), (3, 7), (7, 3)])
-def test_attend_matches_a_plain_loop(impl, tq, tk):
+def test_attend_matches_a_plain_loop(tq, tk):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, t, 4, generator=g) for t in (tq, tk, tk))
     mask = causal_mask(max(tq, tk))[:, :, :tq, :tk].bool()
-    torch.testing.assert_close(attend(q, k, v, mask, impl=impl), loop_attention(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attend(q, k, v, mask), loop_attention(q, k, v, mask), atol=1e-5, rtol=1e-5)
 
 
 def test_attend_without_mask_sees_every_key():
@@ -60,11 +59,10 @@ def test_cross_attention_query_i_ignores_keys_after_i():
     assert not torch.allclose(a[:, 3], b[:, 3])
 
 
-@pytest.mark.parametrize("impl", ["reference", "fast"])
-def test_dropout_zeroes_about_p_and_keeps_the_mean(impl):
+def test_dropout_zeroes_about_p_and_keeps_the_mean():
     torch.manual_seed(0)
     x = torch.ones(400_000)
-    y = dropout(x, 0.1, impl)
+    y = dropout(x, 0.1)
     dropped = (y == 0).float().mean().item()
     assert abs(dropped - 0.1) < 0.003  # 0.1 +- 6 standard errors
     kept = y[y != 0]
@@ -72,26 +70,25 @@ def test_dropout_zeroes_about_p_and_keeps_the_mean(impl):
     assert abs(y.mean().item() - 1.0) < 0.005
 
 
-def test_fast_dropout_drops_different_elements_in_every_lane_and_call():
+def test_dropout_drops_different_elements_in_every_lane_and_call():
     torch.manual_seed(0)
     x = torch.ones(4, 10_000)
-    a, b = dropout(x, 0.5, "fast"), dropout(x, 0.5, "fast")
+    a, b = dropout(x, 0.5), dropout(x, 0.5)
     for lane in range(4):  # the four 16-bit lanes of each random 64-bit number drop independently at rate p
         assert abs((a.view(-1, 4)[:, lane] == 0).float().mean().item() - 0.5) < 0.03
     assert not torch.equal(a, b)
 
 
-def test_fast_dropout_gradient_is_the_same_mask_and_scale():
+def test_dropout_gradient_is_the_same_mask_and_scale():
     torch.manual_seed(0)
     x = torch.randn(3, 50, requires_grad=True)
-    y = dropout(x, 0.3, "fast")
+    y = dropout(x, 0.3)
     y.sum().backward()
     torch.testing.assert_close(x.grad, torch.where(y != 0, y / x.detach(), 0.0))
 
 
 def test_dropout_module_is_the_identity_in_eval_mode():
     module = Dropout(0.5)
-    module.impl = "fast"
     x = torch.randn(8, 8)
     assert torch.equal(module.eval()(x), x)
     assert not torch.equal(module.train()(x), x)

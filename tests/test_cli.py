@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import PEOPLE, REPO_ROOT, TINY_MODEL, real_data
 
 import run
+from bench import course
+from dataset import Vocabulary, read_questions
+from model import GPTConfig
 
 RUN = [sys.executable, str(REPO_ROOT / "src" / "run.py")]
 
@@ -83,13 +87,19 @@ def test_blank_input_lines_get_blank_predictions(tiny_corpus, tiny_train_tsv, tm
 
 
 @pytest.mark.parametrize("variant", run.VARIANTS)
-def test_fast_decoder_predicts_exactly_what_the_reference_decoder_predicts(variant, tiny_corpus, tiny_train_tsv):
+def test_evaluate_predicts_exactly_what_the_courses_one_question_at_a_time_loop_predicts(
+    variant, tiny_corpus, tiny_train_tsv
+):
     finetune(variant, tiny_corpus, tiny_train_tsv, "ft.params", None, 40, "--batch_size", "4", "--finetune_lr", "3e-3")
-    assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "fast.p", "--impl", "fast") == 0
-    assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "ref.p", "--impl", "reference") == 0
-    fast = Path("fast.p").read_text(encoding="utf-8")
-    assert fast == Path("ref.p").read_text(encoding="utf-8")
-    assert len(set(fast.splitlines())) > 1 or fast.splitlines()[0] != ""
+    assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "ft.predictions") == 0
+    side = json.loads(Path("ft.params.json").read_text(encoding="utf-8"))
+    theirs = course.CourseGPT(GPTConfig(**side["model"]))
+    theirs.load_state_dict(torch.load("ft.params", weights_only=True))
+    questions = [q.text for q in read_questions(tiny_train_tsv, require_place=True) if q]
+    expected = course.predict(theirs, Vocabulary(list(side["vocab"])[2:]), questions, torch.device("cpu"))
+    predictions = Path("ft.predictions").read_text(encoding="utf-8").splitlines()
+    assert predictions == expected
+    assert len(set(predictions)) > 1 or predictions[0] != ""
 
 
 def test_tensorboard_logs_hold_training_and_eval_scalars(tiny_corpus, tiny_train_tsv, tiny_dev_tsv):
@@ -537,7 +547,7 @@ def test_help_shows_at_most_31_options_in_groups():
 
 
 def test_the_flags_that_define_a_run_come_from_its_groups():
-    assert {"variant", "pretrain_lr", "batch_size", "seed", "preset", "doc_offset", "impl", "fp32"} <= set(
+    assert {"variant", "pretrain_lr", "batch_size", "seed", "preset", "doc_offset", "fp32"} <= set(
         run.RUN_DEFINING_ARGS
     )
     assert not {"writing_params_path", "outputs_path", "budget_minutes", "device", "resume"} & set(

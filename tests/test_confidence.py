@@ -212,7 +212,7 @@ def test_scores_do_not_depend_on_the_other_answers_in_the_batch(variant, tiny_co
 def test_beam_of_one_is_greedy_decoding(variant, tiny_corpus):
     model, ds = tiny_model(variant, tiny_corpus)
     question = "Where was Marie Curie born?"
-    (greedy,) = predict(model, ds.vocab, [question], "fast", CPU)
+    (greedy,) = predict(model, ds.vocab, [question], CPU)
     (best,) = beam_search(model, ds.vocab, question, CPU, beam=1)
     assert best.answer == greedy
 

@@ -1,6 +1,6 @@
-"""Specification of the CUDA fast path: on a GPU it computes what the CPU reference computes.
+"""Specification of the GPU path: on a GPU it computes what the CPU and the course's model compute.
 
-On CUDA the fast path differs from the CPU one: attention is PyTorch's
+On CUDA the path differs from the CPU one: attention is PyTorch's
 `scaled_dot_product_attention` on its math kernel (with the perceiver's causal
 cross mask), dropout is PyTorch's own, and bf16 autocast is on. Every test here is skipped where no
 CUDA GPU is present, as on CI; on a GPU machine run `pytest tests/test_cuda.py`.
@@ -20,7 +20,8 @@ from test_trainer import tiny_run
 
 import run
 from attention import attend, causal_mask
-from decode import greedy_decode_batch, next_logits_fn, sample
+from bench.course import course_copy, sample
+from decode import greedy_decode_batch, next_logits_fn
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 CUDA = torch.device("cuda")
@@ -36,10 +37,9 @@ def exact_fp32_matmuls():
 
 
 def on_gpu(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of model on the GPU with the fast path on (the CPU original keeps its own)."""
+    """A copy of model on the GPU, in eval mode (the CPU original stays where it is)."""
     clone = tiny(model.config.variant, bottleneck_dim=model.config.bottleneck_dim)
     clone.load_state_dict(model.state_dict())
-    clone.set_impl("fast")
     return clone.to(CUDA).eval()
 
 
@@ -48,7 +48,7 @@ def test_gpu_attention_matches_a_plain_loop(tq, tk):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, t, 4, generator=g) for t in (tq, tk, tk))
     mask = causal_mask(max(tq, tk))[:, :, :tq, :tk].bool()
-    got = attend(q.to(CUDA), k.to(CUDA), v.to(CUDA), mask.to(CUDA), impl="fast").cpu()
+    got = attend(q.to(CUDA), k.to(CUDA), v.to(CUDA), mask.to(CUDA)).cpu()
     torch.testing.assert_close(got, loop_attention(q, k, v, mask), atol=1e-5, rtol=1e-5)
 
 
@@ -71,8 +71,7 @@ def test_gpu_attention_gradients_in_bf16_match_float64_even_for_extreme_scores()
     grads = {}
     for device, dtype in ((CUDA, torch.bfloat16), (torch.device("cpu"), torch.float64)):
         qkv = [t.to(device, dtype).requires_grad_() for t in (q, k, v)]
-        impl = "fast" if device == CUDA else "reference"
-        attend(*qkv, mask.to(device), impl=impl).float().backward(grad_out.to(device))
+        attend(*qkv, mask.to(device)).float().backward(grad_out.to(device))
         grads[device.type] = [t.grad.double().cpu() for t in qkv]
     for gpu, exact in zip(grads["cuda"], grads["cpu"], strict=True):
         assert torch.isfinite(gpu).all()
@@ -80,11 +79,11 @@ def test_gpu_attention_gradients_in_bf16_match_float64_even_for_extreme_scores()
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_gpu_fast_path_gives_the_cpu_reference_logits_and_loss(variant):
+def test_gpu_gives_the_course_models_cpu_logits_and_loss(variant):
     torch.manual_seed(0)
     model = tiny(variant, bottleneck_dim=6)
     x, y = torch.randint(1, 20, (3, 14)), torch.randint(0, 20, (3, 14))
-    logits, loss = model(x, y)
+    logits, loss = course_copy(model)(x, y)
     gpu_logits, gpu_loss = on_gpu(model)(x.to(CUDA), y.to(CUDA))
     torch.testing.assert_close(gpu_logits.cpu(), logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(gpu_loss.cpu(), loss, atol=1e-5, rtol=1e-5)
@@ -116,25 +115,25 @@ def test_gpu_batched_greedy_decoding_equals_the_cpu_one_prompt_at_a_time(variant
 
 
 def test_gpu_fp32_training_follows_the_cpu_loss_curve():
-    cpu = tiny_run("fast", steps=6, dropout=0.0, bf16=False)  # the same batches; attention differs
-    gpu = tiny_run("fast", steps=6, dropout=0.0, bf16=False, device=CUDA)
+    cpu = tiny_run(steps=6, dropout=0.0, bf16=False)  # the same batches; attention differs
+    gpu = tiny_run(steps=6, dropout=0.0, bf16=False, device=CUDA)
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
 
 
 def test_gpu_bf16_training_stays_near_the_fp32_loss_curve():
-    fp32 = tiny_run("fast", steps=6, dropout=0.0, bf16=False, device=CUDA)
-    bf16 = tiny_run("fast", steps=6, dropout=0.0, device=CUDA)
+    fp32 = tiny_run(steps=6, dropout=0.0, bf16=False, device=CUDA)
+    bf16 = tiny_run(steps=6, dropout=0.0, device=CUDA)
     assert bf16 != fp32  # autocast was on
     np.testing.assert_allclose(bf16, fp32, atol=0.05)
 
 
 def test_gpu_training_with_dropout_reduces_the_loss():
-    losses = tiny_run("fast", steps=15, device=CUDA)
+    losses = tiny_run(steps=15, device=CUDA)
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
 
 
 def test_gpu_training_with_muon_reduces_the_loss():
-    losses = tiny_run("fast", steps=15, optimizer="muon", device=CUDA)
+    losses = tiny_run(steps=15, optimizer="muon", device=CUDA)
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
 
 

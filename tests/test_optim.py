@@ -10,6 +10,7 @@ import torch
 from test_trainer import tiny_run
 
 import optim
+from bench import course
 from model import GPT, GPTConfig
 from optim import Muon, MuonAdamW, make_optimizer, orthogonalize, orthogonalize_spectral
 from trainer import TrainerConfig
@@ -29,10 +30,22 @@ def test_weight_decay_applies_to_linear_weights_only():
     assert len(decayed) + len(opt.param_groups[1]["params"]) == len(names)
 
 
-def test_fast_path_uses_the_fused_adamw_and_the_reference_path_the_default():
+def test_adamw_is_fused_and_steps_as_the_courses_default_adamw_does():
+    torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8))
-    assert make_optimizer(model, TrainerConfig(impl="fast")).defaults["fused"] is True
-    assert not make_optimizer(model, TrainerConfig(impl="reference")).defaults["fused"]
+    theirs = course.course_copy(model)
+    config = TrainerConfig(decay="all_but_biases")  # the handout's decay rule
+    ours_opt, their_opt = make_optimizer(model, config), course.optimizer(theirs, config)
+    assert ours_opt.defaults["fused"] is True and not their_opt.defaults["fused"]
+    their_params = dict(theirs.named_parameters())
+    for _ in range(3):
+        for name, p in model.named_parameters():
+            p.grad = torch.randn_like(p)
+            their_params[name].grad = p.grad.clone()
+        ours_opt.step()
+        their_opt.step()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p, their_params[name], msg=name)
 
 
 @pytest.mark.parametrize("shape", [(24, 24), (16, 48), (48, 16)])
@@ -71,21 +84,20 @@ def test_orthogonalize_spectral_falls_back_to_the_iteration_when_the_eigensolver
     assert torch.equal(orthogonalize_spectral(matrix), orthogonalize(matrix))
 
 
-def test_muon_is_spectral_on_the_cpu_fast_path_without_native_bf16_only(monkeypatch):
+def test_muon_is_spectral_on_the_cpu_unless_it_iterates_in_native_bf16(monkeypatch):
     model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8))
     monkeypatch.setattr(optim, "bf16_supported", lambda device: False)
-    assert make_optimizer(model, TrainerConfig(optimizer="muon", impl="fast")).muon.spectral
-    assert not make_optimizer(model, TrainerConfig(optimizer="muon", impl="reference")).muon.spectral
+    assert make_optimizer(model, TrainerConfig(optimizer="muon")).muon.spectral
     monkeypatch.setattr(optim, "bf16_supported", lambda device: True)
-    assert not make_optimizer(model, TrainerConfig(optimizer="muon", impl="fast")).muon.spectral
-    assert make_optimizer(model, TrainerConfig(optimizer="muon", impl="fast", bf16=False)).muon.spectral
+    assert not make_optimizer(model, TrainerConfig(optimizer="muon")).muon.spectral
+    assert make_optimizer(model, TrainerConfig(optimizer="muon", bf16=False)).muon.spectral
 
 
 def test_spectral_muon_training_follows_the_iterated_muon_loss_curve(monkeypatch):
     monkeypatch.setattr(optim, "bf16_supported", lambda device: False)
-    spectral = tiny_run("fast", steps=8, dropout=0.0, optimizer="muon")
+    spectral = tiny_run(steps=8, dropout=0.0, optimizer="muon")
     monkeypatch.setattr(optim, "orthogonalize_spectral", orthogonalize)  # the fp32 iteration instead
-    iterated = tiny_run("fast", steps=8, dropout=0.0, optimizer="muon")
+    iterated = tiny_run(steps=8, dropout=0.0, optimizer="muon")
     assert spectral != iterated  # the patch took effect
     np.testing.assert_allclose(spectral, iterated, rtol=1e-3)
 
