@@ -18,6 +18,7 @@ import run
 from bench import course
 from dataset import Vocabulary, read_questions
 from model import GPTConfig
+from params import read_sidecar
 
 RUN = [sys.executable, str(REPO_ROOT / "src" / "run.py")]
 
@@ -92,7 +93,7 @@ def test_evaluate_predicts_exactly_what_the_courses_one_question_at_a_time_loop_
 ):
     finetune(variant, tiny_corpus, tiny_train_tsv, "ft.params", None, 40, "--batch_size", "4", "--finetune_lr", "3e-3")
     assert evaluate(variant, tiny_corpus, "ft.params", tiny_train_tsv, "ft.predictions") == 0
-    side = json.loads(Path("ft.params.json").read_text(encoding="utf-8"))
+    side = read_sidecar("ft.params")
     theirs = course.CourseGPT(GPTConfig(**side["model"]))
     theirs.load_state_dict(torch.load("ft.params", weights_only=True))
     questions = [q.text for q in read_questions(tiny_train_tsv, require_place=True) if q]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO_ROOT, TINY_MODEL
+from test_trainer import tiny_people_dataset
 
 import run
-from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig
 from utils import atomic_path, torch_load_safe
@@ -26,8 +26,7 @@ RUN = [sys.executable, str(REPO_ROOT / "src" / "run.py")]
 def tiny_trainer(max_steps: int, ckpt: Path | None, optimizer: str = "adamw") -> Trainer:
     random.seed(0)
     torch.manual_seed(0)
-    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
-    ds = CharCorruptionDataset(text, 32)
+    ds = tiny_people_dataset()
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
     cfg = TrainerConfig(
         max_epochs=4, batch_size=7, learning_rate=1e-2, lr_decay=True, warmup_tokens=50, final_tokens=5000,

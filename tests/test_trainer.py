@@ -50,12 +50,17 @@ def test_handout_schedule_peaks_again_near_epoch_400_of_650():
     assert math.isclose(max(mults[300:]), 1.0, abs_tol=1e-3)
 
 
+def tiny_people_dataset(people: int = 40) -> CharCorruptionDataset:
+    """Span-corruption examples (block 32) of `people` one-line documents "person i was born in place i % 5 ..."."""
+    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(people))
+    return CharCorruptionDataset(text, 32)
+
+
 def tiny_run(
     seed: int = 0, steps: int = 6, dropout: float = 0.1, device: torch.device | None = None, **config
 ) -> list[float]:
     torch.manual_seed(seed)
-    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
-    ds = CharCorruptionDataset(text, 32)
+    ds = tiny_people_dataset()
     drops = {"embd_pdrop": dropout, "resid_pdrop": dropout, "attn_pdrop": dropout}
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, **drops))
     cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, seed=seed, max_steps=steps, **config)
@@ -73,8 +78,7 @@ def test_an_fp32_step_gives_the_loss_and_parameters_of_the_course_loops_step(var
     # The same batch and starting point: the trainer's step (fused AdamW, the perceiver's trimmed
     # bottleneck) against the handout's (torch's default AdamW, all of the bottleneck).
     torch.manual_seed(0)
-    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
-    ds = CharCorruptionDataset(text, 32)
+    ds = tiny_people_dataset()
     no_dropout = {"embd_pdrop": 0.0, "resid_pdrop": 0.0, "attn_pdrop": 0.0}
     config = GPTConfig(ds.vocab_size, 32, 2, 2, 16, variant=variant, bottleneck_dim=24, **no_dropout)
     model = GPT(config)
@@ -107,8 +111,7 @@ def budget_trainer(budget_seconds: float | None, seconds_per_step: int = 10, max
     """A tiny trainer whose clock advances seconds_per_step at every step, with a cosine over 3 epochs
     (planned: max_epochs may allow budget_fit more)."""
     torch.manual_seed(0)
-    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(40))
-    ds = CharCorruptionDataset(text, 32)
+    ds = tiny_people_dataset()
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
     cfg = TrainerConfig(
         max_epochs=max_epochs, batch_size=8, learning_rate=1e-2, lr_decay=True, warmup_tokens=0, cosine_cap=True,
@@ -253,8 +256,7 @@ def test_budget_fit_plans_more_epochs_again_once_the_machine_is_free(capsys):
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
-    text = "".join(f"person {i} was born in place {i % 5} long ago .\n" for i in range(64))
-    ds = CharCorruptionDataset(text, 32)
+    ds = tiny_people_dataset(64)
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
 
     def real_lengths(order: str) -> list[np.ndarray]:
