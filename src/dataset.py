@@ -74,32 +74,9 @@ def read_text(path: str | Path) -> str:
 # Pretraining: span corruption
 
 
-@dataclass
-class CorruptionDraw:
-    """The three random numbers behind one corrupted example."""
-
-    truncated_len: int  # length the document is cut to (<= its own length)
-    masked_len: int  # length of the span moved to the end
-    start: int  # where the span starts in the truncated document
-
-
 def max_truncated_len(block_size: int) -> int:
     """Documents are cut to at most 7/8 of the block, leaving room for 2 MASKs."""
     return int(block_size * 7 / 8)
-
-
-def masked_len_bound(truncated_len: int) -> int:
-    """Masked lengths are uniform on 1..bound, so their mean is truncated_len / 4 (exactly, for even lengths)."""
-    return max(1, truncated_len // 2 - 1)
-
-
-def corrupt(document: str, draw: CorruptionDraw, block_size: int) -> str:
-    """`prefix MASK suffix MASK masked`, right-padded with PAD to block_size characters."""
-    truncated = document[: draw.truncated_len]
-    a, m = draw.start, draw.masked_len
-    prefix, masked, suffix = truncated[:a], truncated[a : a + m], truncated[a + m :]
-    s = prefix + MASK_CHAR + suffix + MASK_CHAR + masked
-    return s + PAD_CHAR * (block_size - len(s))
 
 
 class CharCorruptionDataset(Dataset):
@@ -136,25 +113,20 @@ class CharCorruptionDataset(Dataset):
     def __len__(self) -> int:
         return len(self.data)
 
-    def draw(self, document: str, rng: random.Random) -> CorruptionDraw:
-        L = min(len(document), rng.randint(4, max_truncated_len(self.block_size)))
-        m = rng.randint(1, masked_len_bound(L))
-        return CorruptionDraw(L, m, rng.randint(0, max(0, L - m)))
-
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        document = self.data[idx]
-        s = corrupt(document, self.draw(document, random), self.block_size)
-        if self.max_offset:
-            offset, other = random.randint(0, self.max_offset), random.choice(self.data)
-            s = other[len(other) - offset :] + s[: self.block_size - offset]
-        ids = torch.tensor([self.stoi[c] for c in s], dtype=torch.long)
+        """The handout's interface: one corrupted example of document idx, drawn from Python's `random`."""
+        rng = np.random.default_rng(random.getrandbits(64))
+        ids = torch.from_numpy(self.corrupted_ids(np.array([idx]), rng)[0][0])
         return ids[:-1], ids[1:]
 
     def corrupted_ids(self, doc_index: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised `corrupt`: one example per entry of doc_index.
+        """The handout's span corruption of the documents doc_index (N,), all at once.
 
-        Returns (ids (N, block_size), real_len (N,)): the corrupted strings and
-        how many characters of each are not PAD. Same distribution as __getitem__.
+        Each document is cut to a random length L in 4..7/8 of the block; a span of random length
+        m in 1..L/2-1 starting at a random a is moved to the end: `prefix MASK suffix MASK span`,
+        then PAD. With max_offset, the example starts after the last 0..max_offset characters of
+        another random document. Returns (ids (N, block_size), real_len (N,)): the examples and how
+        many characters of each are not PAD.
         """
         n = len(doc_index)
         L = np.minimum(self.doc_lengths[doc_index], rng.integers(4, max_truncated_len(self.block_size) + 1, n))

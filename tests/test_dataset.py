@@ -14,16 +14,24 @@ from dataset import (
     MASK_CHAR,
     PAD_CHAR,
     CharCorruptionDataset,
-    CorruptionDraw,
     NameDataset,
     Vocabulary,
-    corrupt,
     max_truncated_len,
     read_questions,
 )
 from utils import UserError
 
 BLOCK = 128
+
+
+def corrupt(document: str, truncated_len: int, masked_len: int, start: int) -> str:
+    """The span corruption as the handout words it: cut the document, move a span to the end after
+    two MASKs, pad to the block."""
+    truncated = document[:truncated_len]
+    prefix, masked = truncated[:start], truncated[start : start + masked_len]
+    suffix = truncated[start + masked_len :]
+    s = prefix + MASK_CHAR + suffix + MASK_CHAR + masked
+    return s + PAD_CHAR * (BLOCK - len(s))
 
 
 def corpus_dataset(text: str | None = None) -> CharCorruptionDataset:
@@ -48,11 +56,6 @@ def test_character_outside_vocabulary_is_a_user_error_naming_the_place():
         Vocabulary.from_text("abc").encode("abZ", where="q.tsv:3")
 
 
-def test_corrupt_builds_prefix_mask_suffix_mask_span_padded_to_block():
-    s = corrupt("abcdefghij", CorruptionDraw(truncated_len=8, masked_len=3, start=2), 16)
-    assert s == "ab" + MASK_CHAR + "fgh" + MASK_CHAR + "cde" + PAD_CHAR * 6
-
-
 def test_examples_are_shifted_pairs_of_length_block_minus_one():
     ds = corpus_dataset()
     random.seed(0)
@@ -62,24 +65,24 @@ def test_examples_are_shifted_pairs_of_length_block_minus_one():
         assert torch.equal(x[1:], y[:-1])
 
 
-def draws(ds: CharCorruptionDataset, n: int) -> list[CorruptionDraw]:
-    rng = random.Random(0)
-    long_doc = "x" * 200  # longer than any truncation, so the drawn length is never cut
-    return [ds.draw(long_doc, rng) for _ in range(n)]
+def draws(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(truncated_len, masked_len, start), each (n,), of n corruptions of a document longer than any cut."""
+    ds = corpus_dataset("x" * 300 + "\n")
+    ids, real_len = ds.corrupted_ids(np.zeros(n, dtype=np.int64), np.random.default_rng(0))
+    second_mask = BLOCK - 1 - np.argmax((ids == 1)[:, ::-1], axis=1)
+    return real_len - 2, real_len - second_mask - 1, (ids == 1).argmax(1)
 
 
 def test_truncation_lengths_cover_4_to_seven_eighths_of_block_inclusive():
-    lengths = {d.truncated_len for d in draws(corpus_dataset(), 20_000)}
-    assert lengths == set(range(4, max_truncated_len(BLOCK) + 1))
+    truncated, _, _ = draws(20_000)
+    assert set(truncated.tolist()) == set(range(4, max_truncated_len(BLOCK) + 1))
 
 
 def test_masked_length_averages_a_quarter_of_the_truncated_length():
-    ds = corpus_dataset()
-    sample = draws(ds, 20_000)
-    ratio = np.mean([d.masked_len for d in sample]) / np.mean([d.truncated_len for d in sample])
-    assert abs(ratio - 0.25) < 0.01
-    assert all(1 <= d.masked_len < d.truncated_len for d in sample)
-    assert all(0 <= d.start <= d.truncated_len - d.masked_len for d in sample)
+    truncated, masked, start = draws(20_000)
+    assert abs(masked.mean() / truncated.mean() - 0.25) < 0.01
+    assert ((1 <= masked) & (masked < truncated)).all()
+    assert ((0 <= start) & (start <= truncated - masked)).all()
 
 
 def test_every_example_holds_exactly_two_masks_and_the_document_characters():
@@ -94,29 +97,15 @@ def test_every_example_holds_exactly_two_masks_and_the_document_characters():
         assert (prefix + span + suffix) == ds.data[i][: len(real) - 2]
 
 
-def test_vectorised_batch_equals_the_string_specification():
+def test_examples_are_the_handouts_span_corruption_of_their_documents():
     ds = corpus_dataset()
     doc_index = np.arange(len(ds))
     ids, real_len = ds.corrupted_ids(doc_index, np.random.default_rng(0))
-    # Recover each draw from the vectorised output and rebuild it with `corrupt`.
-    for i in doc_index:
+    for i in doc_index:  # recover each draw from the example and rebuild it as the handout words it
         s = ds.vocab.decode(ids[i].tolist())
         prefix, suffix, span = s.rstrip(PAD_CHAR).split(MASK_CHAR)
-        draw = CorruptionDraw(len(prefix) + len(span) + len(suffix), len(span), len(prefix))
-        assert s == corrupt(ds.data[i], draw, BLOCK)
-        assert real_len[i] == draw.truncated_len + 2
-
-
-def test_vectorised_draws_follow_the_same_distribution():
-    ds = corpus_dataset("x" * 300 + "\n")
-    ids, real_len = ds.corrupted_ids(np.zeros(20_000, dtype=np.int64), np.random.default_rng(0))
-    truncated = real_len - 2
-    assert set(truncated.tolist()) == set(range(4, max_truncated_len(BLOCK) + 1))
-    span = (ids == 1).argmax(1)  # first MASK
-    second = BLOCK - 1 - np.argmax((ids == 1)[:, ::-1], axis=1)
-    masked = real_len - second - 1
-    assert abs(masked.mean() / truncated.mean() - 0.25) < 0.01
-    assert (span >= 0).all()
+        assert s == corrupt(ds.data[i], len(prefix) + len(span) + len(suffix), len(span), len(prefix))
+        assert real_len[i] == len(prefix) + len(span) + len(suffix) + 2
 
 
 def test_bucketed_epoch_visits_every_document_once_and_crops_only_padding():
