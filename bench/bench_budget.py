@@ -6,7 +6,8 @@
 Runs `run.py pretrain vanilla wiki.txt --preset cpu --budget_minutes B` twice, as a user would:
 undisturbed, then with a CPU-bound process (one busy Python loop) started beside it and stopped
 after --busy_minutes. For each run it reads the params sidecar (epochs trained, training seconds,
-the plan's final learning rate) and the log (the plans the trainer printed), and it appends one line
+the plan's final learning rate) and the log (the plans the trainer printed, and its changes of thread
+count: under a budget on a CPU it keeps the faster of all threads and half of them), and it appends one line
 to bench/results/budget.jsonl: whether each run ended inside the budget (within 5%), annealed (the
 last step at the schedule's floor, 0.1 of the peak), and the disturbed run's epochs as a share of the
 undisturbed run's.
@@ -67,6 +68,7 @@ def pretrain(work: Path, name: str, budget_minutes: float, busy_minutes: float) 
         "wall_seconds": round(time.time() - t0, 1),
         "last_lr_share_of_peak": round(float(rates[-1]) / peak, 3) if rates else None,
         "replans": len(re.findall(r"the pace changed", text)),
+        "thread_switches": len(re.findall(r"training on \d+ threads instead of", text)),
     }
 
 

@@ -48,7 +48,8 @@ class TrainerConfig:
     # latest epochs (PACE_EPOCHS), its last epoch perhaps in part, at most the max_epochs asked for;
     # final_tokens becomes those steps' tokens and training stops there: a cosine that spans the run
     # (run.py plans only such a schedule) ends annealed as the budget ends, even when other work
-    # slows the machine down or stops doing so.
+    # slows the machine down or stops doing so. On a CPU it also chooses the thread count (ThreadChooser),
+    # which changes float rounding: a budgeted run repeats only to rounding, as its plan follows the clock.
     budget_fit: bool = False
     bf16: bool = True  # bf16 autocast where the hardware supports it (and Muon's iteration in bf16 there)
     # How each epoch's examples are batched: "bucketed" (shuffled and grouped by length), "shuffled"
@@ -71,6 +72,81 @@ EARLY_STEPS = 5  # steps timed for the first estimate of a run's cost (Trainer.e
 # ... at the pace of the median of this many latest whole epochs: one slow epoch (a checkpoint, a
 # burst of other work) does not shrink the plan, a lasting change of pace moves it within two.
 PACE_EPOCHS = 3
+
+
+# Under a time budget on a CPU the trainer also chooses torch's thread count, by measuring. Another
+# process that holds a core makes a step spread over every core wait for it at each synchronisation,
+# so that half the threads then run faster (bench/RESEARCH.md section 7).
+TRY_STEPS = 6  # steps timed at each count when the two are compared
+TRY_EVERY = 30.0  # training seconds between tries of the other count; doubled after each try it loses, up to
+TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as the pace worsens by SLOWDOWN
+SLOWDOWN = 1.3
+SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: noise does not flip the choice
+
+
+class ThreadChooser:
+    """Keeps torch's CPU thread count at the faster of `threads` and half of it, as measured.
+
+    after_step(seconds, tokens, now) takes each step's duration, its tokens and the training time so
+    far. Every TRY_EVERY seconds (or at once when the pace worsens) it trains TRY_STEPS steps on the
+    other count and keeps whichever took fewer seconds per token (the median of TRY_STEPS steps each).
+    Returns the line to print when the choice changes, else None.
+    """
+
+    def __init__(self, threads: int):
+        self.counts = (threads, max(1, threads // 2))
+        self.home = threads  # the count in use between tries
+        self.paces: dict[int, list[float]] = {n: [] for n in self.counts}  # seconds per token, latest steps
+        self.confirmed = math.inf  # the home count's pace when it last won a comparison
+        self.interval = TRY_EVERY
+        self.next_try = TRY_EVERY
+        self.warming = False  # the first step after a change starts the threads: not timed
+
+    def set_threads(self, n: int) -> None:
+        torch.set_num_threads(n)
+        self.warming = True
+
+    def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
+        n = torch.get_num_threads()
+        if self.warming:
+            self.warming = False
+            return None
+        paces = self.paces[n]
+        paces.append(seconds / max(1, tokens))
+        del paces[:-TRY_STEPS]
+        if len(paces) < TRY_STEPS:
+            return None
+        pace = float(np.median(paces))
+        if n != self.home:  # a try has run its steps
+            return self.decide(n, pace, now)
+        if pace > SLOWDOWN * self.confirmed:
+            self.interval, self.next_try = TRY_EVERY, now
+        if now >= self.next_try:
+            self.paces[self.other].clear()
+            self.set_threads(self.other)
+        return None
+
+    @property
+    def other(self) -> int:
+        return self.counts[1] if self.home == self.counts[0] else self.counts[0]
+
+    def decide(self, tried: int, pace: float, now: float) -> str | None:
+        """After a try of `tried` threads at `pace` seconds per token: keep the faster count."""
+        home_pace = float(np.median(self.paces[self.home]))
+        line = None
+        if pace * SWITCH_MARGIN < home_pace:
+            line = (
+                f"training on {tried} threads instead of {self.home}, measured faster now: "
+                f"{1 / pace:.0f} tokens/s against {1 / home_pace:.0f}"
+            )
+            self.home, self.confirmed, self.interval = tried, pace, TRY_EVERY
+            self.warming = False  # the try's threads are running already
+        else:
+            self.set_threads(self.home)
+            self.confirmed, self.interval = home_pace, min(2 * self.interval, TRY_EVERY_MAX)
+        self.paces[self.other].clear()
+        self.next_try = now + self.interval
+        return line
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -142,6 +218,9 @@ class Trainer:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             ids = [device.index] if device.type == "cuda" else None
             self.forward_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        threads = torch.get_num_threads()
+        fit = config.budget_fit and device.type == "cpu" and threads > 1 and self.world_size == 1
+        self.threads = ThreadChooser(threads) if fit else None
 
     # -- data ---------------------------------------------------------------
 
@@ -219,12 +298,17 @@ class Trainer:
         n_batches = math.ceil(len(self.train_dataset) / self.config.batch_size)
         self.last_tick = self.clock()
         projected = False  # the time projection is printed once, after this process's first whole epoch
-        while self.epoch < self.config.max_epochs and not self.finished():
-            t0, seconds_at_start, whole_epoch = time.time(), self.seconds, self.batch_in_epoch == 0
-            desc = f"epoch {self.epoch + 1}/{self.config.max_epochs}"
-            self.train_epoch(desc, n_batches)
-            ran_whole = whole_epoch and self.batch_in_epoch == 0
-            projected = self.end_epoch(desc, time.time() - t0, self.seconds - seconds_at_start, ran_whole, projected)
+        threads = torch.get_num_threads()
+        try:
+            while self.epoch < self.config.max_epochs and not self.finished():
+                t0, seconds_at_start, whole_epoch = time.time(), self.seconds, self.batch_in_epoch == 0
+                desc = f"epoch {self.epoch + 1}/{self.config.max_epochs}"
+                self.train_epoch(desc, n_batches)
+                ran_whole = whole_epoch and self.batch_in_epoch == 0
+                trained = self.seconds - seconds_at_start
+                projected = self.end_epoch(desc, time.time() - t0, trained, ran_whole, projected)
+        finally:
+            torch.set_num_threads(threads)  # the ThreadChooser's choice ends with the training
         self.save_checkpoint()
         return self.losses
 
@@ -239,7 +323,13 @@ class Trainer:
             loss = self.optimize(x, y)
             self.step += 1
             self.batch_in_epoch += 1
+            seconds_before = self.seconds
             self.tick()
+            if self.threads is not None:
+                line = self.threads.after_step(self.seconds - seconds_before, x.numel(), self.seconds)
+                self.log("train/threads", torch.get_num_threads(), self.step)
+                if line and not quiet:
+                    tqdm.write(line)
             lr = self.schedule(x.size(0) * (getattr(self.train_dataset, "example_length", None) or y.size(1)))
             self.losses.append(self.mean_over_ranks(loss))
             if not quiet:

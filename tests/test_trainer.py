@@ -13,7 +13,7 @@ import torch
 from bench import course
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, lr_multiplier
+from trainer import TRY_EVERY, TRY_EVERY_MAX, ThreadChooser, Trainer, TrainerConfig, lr_multiplier
 from utils import torch_load_safe
 
 WARM, FINAL = 10_240, 1_000_000
@@ -218,13 +218,16 @@ def test_budget_fit_never_plans_more_epochs_than_asked_for(capsys):
 
 
 def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_one(tmp_path):
-    uninterrupted = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10).train()
     ckpt = str(tmp_path / "a.ckpt")
-    first = budget_trainer(
-        budget_seconds=450, budget_fit=True, max_epochs=10, max_steps=7, ckpt_path=ckpt
-    )  # stops in epoch 2
-    first.train()
-    second = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10)
+
+    def trainer(**config) -> Trainer:  # one thread count throughout: a change alters float rounding
+        made = budget_trainer(budget_seconds=450, budget_fit=True, max_epochs=10, **config)
+        made.threads = None
+        return made
+
+    uninterrupted = trainer().train()
+    trainer(max_steps=7, ckpt_path=ckpt).train()  # stops in epoch 2
+    second = trainer()
     second.resume(torch_load_safe(ckpt))
     second.train()
     assert second.config.max_epochs == 9 and second.losses == uninterrupted
@@ -282,3 +285,66 @@ def test_file_order_batches_the_same_documents_in_the_same_order_every_epoch():
     expected = [list(range(0, 8)), list(range(8, 16)), list(range(16, 20))]
     assert documents(0) == expected
     assert documents(1) == expected
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def threads_over_time(step_seconds, steps: int) -> list[tuple[float, int, str | None]]:
+    """Run a ThreadChooser starting at 2 threads for `steps` steps of 1000 tokens, each taking
+    step_seconds(threads, now) seconds; returns (time, threads, printed line) of every step."""
+    chooser, now, out = ThreadChooser(2), 0.0, []
+    torch.set_num_threads(2)
+    for _ in range(steps):
+        threads = torch.get_num_threads()
+        seconds = step_seconds(threads, now)
+        now += seconds
+        out.append((now, threads, chooser.after_step(seconds, 1000, now)))
+    return out
+
+
+def contended_step_seconds(busy_until: float):
+    """Seconds per step on two cores, a busy process holding one of them until busy_until: two
+    threads then wait for it at every synchronisation, one does not."""
+
+    def seconds(threads: int, now: float) -> float:
+        if now < busy_until:
+            return 0.6 if threads == 2 else 0.3
+        return 0.17 if threads == 2 else 0.27
+
+    return seconds
+
+
+def test_a_busy_core_moves_budgeted_training_to_half_its_threads_and_a_freed_one_moves_it_back(restore_threads):
+    run = threads_over_time(contended_step_seconds(busy_until=180.0), 2000)
+    busy = [threads for t, threads, _ in run if TRY_EVERY + 10 <= t < 180]
+    freed = [threads for t, threads, _ in run if t >= 180 + TRY_EVERY_MAX + 10]
+    assert busy.count(1) / len(busy) > 0.9 and freed.count(2) / len(freed) > 0.97
+    lines = [line for _, _, line in run if line]
+    assert len(lines) == 2 and lines[0].startswith("training on 1 threads instead of 2")
+
+
+def test_on_a_free_machine_budgeted_training_stays_on_all_threads_but_for_short_tries(restore_threads):
+    run = threads_over_time(contended_step_seconds(busy_until=0.0), 3000)
+    assert [threads for _, threads, _ in run].count(1) / len(run) < 0.03
+    assert not any(line for _, _, line in run)
+
+
+def test_a_budgeted_cpu_run_switches_to_the_faster_thread_count_and_ends_on_the_one_it_started_with(
+    restore_threads, capsys
+):
+    torch.set_num_threads(2)
+    trainer = budget_trainer(budget_seconds=2000, budget_fit=True, max_epochs=10)
+    readings = itertools.accumulate(5.0 * torch.get_num_threads() for _ in itertools.count())
+    trainer.clock = lambda: next(readings)  # a step on 2 threads takes twice as long as on 1
+    trainer.train()
+    assert "training on 1 threads instead of 2" in capsys.readouterr().out
+    assert torch.get_num_threads() == 2
+
+
+def test_runs_without_a_budget_plan_keep_torchs_thread_count():
+    assert budget_trainer(budget_seconds=None).threads is None
