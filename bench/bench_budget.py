@@ -68,7 +68,7 @@ def pretrain(work: Path, name: str, budget_minutes: float, busy_minutes: float) 
         "wall_seconds": round(time.time() - t0, 1),
         "last_lr_share_of_peak": round(float(rates[-1]) / peak, 3) if rates else None,
         "replans": len(re.findall(r"the pace changed", text)),
-        "thread_switches": len(re.findall(r"training on \d+ threads instead of", text)),
+        "thread_switches": len(re.findall(r"training on \d+ threads? instead of", text)),
     }
 
 

@@ -77,9 +77,9 @@ PACE_EPOCHS = 3
 # Under a time budget on a CPU the trainer also chooses torch's thread count, by measuring. Another
 # process that holds a core makes a step spread over every core wait for it at each synchronisation,
 # so that half the threads then run faster (bench/RESEARCH.md section 7).
-TRY_STEPS = 6  # steps timed at each count when the two are compared
+TRY_STEPS = 6  # steps timed on the other count when the two are compared
 TRY_EVERY = 30.0  # training seconds between tries of the other count; doubled after each try it loses, up to
-TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as the pace worsens by SLOWDOWN
+TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as steps take SLOWDOWN times as long as before
 SLOWDOWN = 1.3
 SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: noise does not flip the choice
 
@@ -87,64 +87,57 @@ SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: nois
 class ThreadChooser:
     """Keeps torch's CPU thread count at the faster of `threads` and half of it, as measured.
 
-    after_step(seconds, tokens, now) takes each step's duration, its tokens and the training time so
-    far. Every TRY_EVERY seconds (or at once when the pace worsens) it trains TRY_STEPS steps on the
-    other count and keeps whichever took fewer seconds per token (the median of TRY_STEPS steps each).
-    Returns the line to print when the choice changes, else None.
+    after_step(seconds, tokens, now) takes each step's duration, its size in tokens and the training
+    time so far. Every TRY_EVERY seconds (at once when steps slow down) it trains TRY_STEPS steps on
+    the other count and compares each with the latest step of the same size on the current one (batches
+    differ in length, so only steps of one size compare); it keeps the other count when the median of
+    those ratios says it is faster. Returns the line to print when the choice changes, else None.
     """
 
     def __init__(self, threads: int):
         self.counts = (threads, max(1, threads // 2))
         self.home = threads  # the count in use between tries
-        self.paces: dict[int, list[float]] = {n: [] for n in self.counts}  # seconds per token, latest steps
-        self.confirmed = math.inf  # the home count's pace when it last won a comparison
+        self.latest: dict[int, float] = {}  # seconds of the latest home step of each size
+        self.confirmed: dict[int, float] = {}  # the same when the home count last won a comparison
+        self.ratios: list[float] = []  # of the running try, or of the latest home steps against `confirmed`
+        self.tried_steps = 0
         self.interval = TRY_EVERY
         self.next_try = TRY_EVERY
         self.warming = False  # the first step after a change starts the threads: not timed
 
-    def set_threads(self, n: int) -> None:
-        torch.set_num_threads(n)
-        self.warming = True
-
     def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
-        n = torch.get_num_threads()
         if self.warming:
             self.warming = False
             return None
-        paces = self.paces[n]
-        paces.append(seconds / max(1, tokens))
-        del paces[:-TRY_STEPS]
-        if len(paces) < TRY_STEPS:
+        if torch.get_num_threads() != self.home:  # a try
+            self.tried_steps += 1
+            if tokens in self.latest:
+                self.ratios.append(seconds / self.latest[tokens])
+            if len(self.ratios) >= TRY_STEPS or self.tried_steps >= 4 * TRY_STEPS:
+                return self.decide(float(np.median(self.ratios)) if self.ratios else 1.0, now)
             return None
-        pace = float(np.median(paces))
-        if n != self.home:  # a try has run its steps
-            return self.decide(n, pace, now)
-        if pace > SLOWDOWN * self.confirmed:
-            self.interval, self.next_try = TRY_EVERY, now
+        if tokens in self.confirmed:
+            self.ratios = [*self.ratios[1 - TRY_STEPS :], seconds / self.confirmed[tokens]]
+            if len(self.ratios) == TRY_STEPS and np.median(self.ratios) > SLOWDOWN:
+                self.interval, self.next_try = TRY_EVERY, now
+        self.latest[tokens] = seconds
         if now >= self.next_try:
-            self.paces[self.other].clear()
-            self.set_threads(self.other)
+            self.ratios, self.tried_steps = [], 0
+            torch.set_num_threads(self.counts[1] if self.home == self.counts[0] else self.counts[0])
+            self.warming = True
         return None
 
-    @property
-    def other(self) -> int:
-        return self.counts[1] if self.home == self.counts[0] else self.counts[0]
-
-    def decide(self, tried: int, pace: float, now: float) -> str | None:
-        """After a try of `tried` threads at `pace` seconds per token: keep the faster count."""
-        home_pace = float(np.median(self.paces[self.home]))
-        line = None
-        if pace * SWITCH_MARGIN < home_pace:
-            line = (
-                f"training on {tried} threads instead of {self.home}, measured faster now: "
-                f"{1 / pace:.0f} tokens/s against {1 / home_pace:.0f}"
-            )
-            self.home, self.confirmed, self.interval = tried, pace, TRY_EVERY
-            self.warming = False  # the try's threads are running already
+    def decide(self, ratio: float, now: float) -> str | None:
+        """After a try whose steps took `ratio` times as long as the home count's: keep the faster count."""
+        tried, line = torch.get_num_threads(), None
+        if ratio * SWITCH_MARGIN < 1.0:
+            threads = f"{tried} thread{'s' if tried > 1 else ''}"
+            line = f"training on {threads} instead of {self.home}: {1 / ratio:.1f}x as fast now"
+            self.home, self.latest, self.interval = tried, {}, TRY_EVERY
         else:
-            self.set_threads(self.home)
-            self.confirmed, self.interval = home_pace, min(2 * self.interval, TRY_EVERY_MAX)
-        self.paces[self.other].clear()
+            torch.set_num_threads(self.home)
+            self.warming, self.interval = True, min(2 * self.interval, TRY_EVERY_MAX)
+        self.confirmed, self.ratios = dict(self.latest), []
         self.next_try = now + self.interval
         return line
 

@@ -294,16 +294,18 @@ def restore_threads():
     torch.set_num_threads(threads)
 
 
-def threads_over_time(step_seconds, steps: int) -> list[tuple[float, int, str | None]]:
-    """Run a ThreadChooser starting at 2 threads for `steps` steps of 1000 tokens, each taking
-    step_seconds(threads, now) seconds; returns (time, threads, printed line) of every step."""
-    chooser, now, out = ThreadChooser(2), 0.0, []
+def threads_over_time(step_seconds, steps: int, sizes: list[int] | None = None) -> list[tuple[float, int, str | None]]:
+    """Run a ThreadChooser starting at 2 threads for `steps` steps of `sizes` tokens (at random; 1000 when
+    not given), each taking step_seconds(threads, now) seconds for 1000 tokens (in proportion, plus a fixed
+    0.1 s, for others); returns (time, threads, printed line) of every step."""
+    chooser, now, out, rng = ThreadChooser(2), 0.0, [], random.Random(0)
     torch.set_num_threads(2)
     for _ in range(steps):
         threads = torch.get_num_threads()
-        seconds = step_seconds(threads, now)
+        tokens = rng.choice(sizes or [1000])
+        seconds = step_seconds(threads, now) * (tokens / 1000 if sizes is None else 0.1 + tokens / 1000)
         now += seconds
-        out.append((now, threads, chooser.after_step(seconds, 1000, now)))
+        out.append((now, threads, chooser.after_step(seconds, tokens, now)))
     return out
 
 
@@ -325,12 +327,18 @@ def test_a_busy_core_moves_budgeted_training_to_half_its_threads_and_a_freed_one
     freed = [threads for t, threads, _ in run if t >= 180 + TRY_EVERY_MAX + 10]
     assert busy.count(1) / len(busy) > 0.9 and freed.count(2) / len(freed) > 0.97
     lines = [line for _, _, line in run if line]
-    assert len(lines) == 2 and lines[0].startswith("training on 1 threads instead of 2")
+    assert lines[0].startswith("training on 1 thread instead of 2:") and len(lines) == 2
+    assert lines[1].startswith("training on 2 threads instead of 1:")
 
 
 def test_on_a_free_machine_budgeted_training_stays_on_all_threads_but_for_short_tries(restore_threads):
     run = threads_over_time(contended_step_seconds(busy_until=0.0), 3000)
     assert [threads for _, threads, _ in run].count(1) / len(run) < 0.03
+    assert not any(line for _, _, line in run)
+
+
+def test_batches_of_different_lengths_do_not_flip_the_choice_on_a_free_machine(restore_threads):
+    run = threads_over_time(contended_step_seconds(busy_until=0.0), 3000, sizes=[256, 1024, 2048, 4064])
     assert not any(line for _, _, line in run)
 
 
@@ -342,7 +350,7 @@ def test_a_budgeted_cpu_run_switches_to_the_faster_thread_count_and_ends_on_the_
     readings = itertools.accumulate(5.0 * torch.get_num_threads() for _ in itertools.count())
     trainer.clock = lambda: next(readings)  # a step on 2 threads takes twice as long as on 1
     trainer.train()
-    assert "training on 1 threads instead of 2" in capsys.readouterr().out
+    assert "training on 1 thread instead of 2" in capsys.readouterr().out
     assert torch.get_num_threads() == 2
 
 
