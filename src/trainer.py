@@ -74,74 +74,6 @@ EARLY_STEPS = 5  # steps timed for the first estimate of a run's cost (Trainer.e
 PACE_EPOCHS = 3
 
 
-# Under a time budget on a CPU the trainer also chooses torch's thread count, by measuring. Another
-# process that holds a core makes a step spread over every core wait for it at each synchronisation,
-# so that half the threads then run faster (bench/RESEARCH.md section 7).
-TRY_STEPS = 6  # steps timed on the other count when the two are compared
-TRY_EVERY = 30.0  # training seconds between tries of the other count; doubled after each try it loses, up to
-TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as steps take SLOWDOWN times as long as before
-SLOWDOWN = 1.3
-SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: noise does not flip the choice
-
-
-class ThreadChooser:
-    """Keeps torch's CPU thread count at the faster of `threads` and half of it, as measured.
-
-    after_step(seconds, tokens, now) takes each step's duration, its size in tokens and the training
-    time so far. Every TRY_EVERY seconds (at once when steps slow down) it trains TRY_STEPS steps on
-    the other count and compares each with the latest step of the same size on the current one (batches
-    differ in length, so only steps of one size compare); it keeps the other count when the median of
-    those ratios says it is faster. Returns the line to print when the choice changes, else None.
-    """
-
-    def __init__(self, threads: int):
-        self.counts = (threads, max(1, threads // 2))
-        self.home = threads  # the count in use between tries
-        self.latest: dict[int, float] = {}  # seconds of the latest home step of each size
-        self.confirmed: dict[int, float] = {}  # the same when the home count last won a comparison
-        self.ratios: list[float] = []  # of the running try, or of the latest home steps against `confirmed`
-        self.tried_steps = 0
-        self.interval = TRY_EVERY
-        self.next_try = TRY_EVERY
-        self.warming = False  # the first step after a change starts the threads: not timed
-
-    def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
-        if self.warming:
-            self.warming = False
-            return None
-        if torch.get_num_threads() != self.home:  # a try
-            self.tried_steps += 1
-            if tokens in self.latest:
-                self.ratios.append(seconds / self.latest[tokens])
-            if len(self.ratios) >= TRY_STEPS or self.tried_steps >= 4 * TRY_STEPS:
-                return self.decide(float(np.median(self.ratios)) if self.ratios else 1.0, now)
-            return None
-        if tokens in self.confirmed:
-            self.ratios = [*self.ratios[1 - TRY_STEPS :], seconds / self.confirmed[tokens]]
-            if len(self.ratios) == TRY_STEPS and np.median(self.ratios) > SLOWDOWN:
-                self.interval, self.next_try = TRY_EVERY, now
-        self.latest[tokens] = seconds
-        if now >= self.next_try:
-            self.ratios, self.tried_steps = [], 0
-            torch.set_num_threads(self.counts[1] if self.home == self.counts[0] else self.counts[0])
-            self.warming = True
-        return None
-
-    def decide(self, ratio: float, now: float) -> str | None:
-        """After a try whose steps took `ratio` times as long as the home count's: keep the faster count."""
-        tried, line = torch.get_num_threads(), None
-        if ratio * SWITCH_MARGIN < 1.0:
-            threads = f"{tried} thread{'s' if tried > 1 else ''}"
-            line = f"training on {threads} instead of {self.home}: {1 / ratio:.1f}x as fast now"
-            self.home, self.latest, self.interval = tried, {}, TRY_EVERY
-        else:
-            torch.set_num_threads(self.home)
-            self.warming, self.interval = True, min(2 * self.interval, TRY_EVERY_MAX)
-        self.confirmed, self.ratios = dict(self.latest), []
-        self.next_try = now + self.interval
-        return line
-
-
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
     """Linear warm-up, then cosine decay to a floor of 0.1.
 
@@ -484,3 +416,71 @@ class Trainer:
         if cfg.budget_fit and self.fitted and cfg.lr_decay and self.tokens >= cfg.final_tokens:
             return True  # the planned steps are done (the last epoch may end early)
         return cfg.max_steps is not None and self.step >= cfg.max_steps
+
+
+# Under a time budget on a CPU the trainer also chooses torch's thread count, by measuring. Another
+# process that holds a core makes a step spread over every core wait for it at each synchronisation,
+# so that half the threads then run faster (bench/RESEARCH.md section 7).
+TRY_STEPS = 6  # steps timed on the other count when the two are compared
+TRY_EVERY = 30.0  # training seconds between tries of the other count; doubled after each try it loses, up to
+TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as steps take SLOWDOWN times as long as before
+SLOWDOWN = 1.3
+SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: noise does not flip the choice
+
+
+class ThreadChooser:
+    """Keeps torch's CPU thread count at the faster of `threads` and half of it, as measured.
+
+    after_step(seconds, tokens, now) takes each step's duration, its size in tokens and the training
+    time so far. Every TRY_EVERY seconds (at once when steps slow down) it trains TRY_STEPS steps on
+    the other count and compares each with the latest step of the same size on the current one (batches
+    differ in length, so only steps of one size compare); it keeps the other count when the median of
+    those ratios says it is faster. Returns the line to print when the choice changes, else None.
+    """
+
+    def __init__(self, threads: int):
+        self.counts = (threads, max(1, threads // 2))
+        self.home = threads  # the count in use between tries
+        self.latest: dict[int, float] = {}  # seconds of the latest home step of each size
+        self.confirmed: dict[int, float] = {}  # the same when the home count last won a comparison
+        self.ratios: list[float] = []  # of the running try, or of the latest home steps against `confirmed`
+        self.tried_steps = 0
+        self.interval = TRY_EVERY
+        self.next_try = TRY_EVERY
+        self.warming = False  # the first step after a change starts the threads: not timed
+
+    def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
+        if self.warming:
+            self.warming = False
+            return None
+        if torch.get_num_threads() != self.home:  # a try
+            self.tried_steps += 1
+            if tokens in self.latest:
+                self.ratios.append(seconds / self.latest[tokens])
+            if len(self.ratios) >= TRY_STEPS or self.tried_steps >= 4 * TRY_STEPS:
+                return self.decide(float(np.median(self.ratios)) if self.ratios else 1.0, now)
+            return None
+        if tokens in self.confirmed:
+            self.ratios = [*self.ratios[1 - TRY_STEPS :], seconds / self.confirmed[tokens]]
+            if len(self.ratios) == TRY_STEPS and np.median(self.ratios) > SLOWDOWN:
+                self.interval, self.next_try = TRY_EVERY, now
+        self.latest[tokens] = seconds
+        if now >= self.next_try:
+            self.ratios, self.tried_steps = [], 0
+            torch.set_num_threads(self.counts[1] if self.home == self.counts[0] else self.counts[0])
+            self.warming = True
+        return None
+
+    def decide(self, ratio: float, now: float) -> str | None:
+        """After a try whose steps took `ratio` times as long as the home count's: keep the faster count."""
+        tried, line = torch.get_num_threads(), None
+        if ratio * SWITCH_MARGIN < 1.0:
+            threads = f"{tried} thread{'s' if tried > 1 else ''}"
+            line = f"training on {threads} instead of {self.home}: {1 / ratio:.1f}x as fast now"
+            self.home, self.latest, self.interval = tried, {}, TRY_EVERY
+        else:
+            torch.set_num_threads(self.home)
+            self.warming, self.interval = True, min(2 * self.interval, TRY_EVERY_MAX)
+        self.confirmed, self.ratios = dict(self.latest), []
+        self.next_try = now + self.interval
+        return line
