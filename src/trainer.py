@@ -248,10 +248,9 @@ class Trainer:
             loss = self.optimize(x, y)
             self.step += 1
             self.batch_in_epoch += 1
-            seconds_before = self.seconds
-            self.tick()
+            step_seconds = self.tick()
             if self.threads is not None:
-                line = self.threads.after_step(self.seconds - seconds_before, x.numel(), self.seconds)
+                line = self.threads.after_step(step_seconds, x.numel(), self.seconds)
                 self.log("train/threads", torch.get_num_threads(), self.step)
                 if line and not quiet:
                     tqdm.write(line)
@@ -281,12 +280,15 @@ class Trainer:
         self.optimizer.step()
         return loss
 
-    def tick(self) -> None:
-        """Add the time since the last tick to `seconds` (on every rank the slowest rank's, under a budget)."""
+    def tick(self) -> float:
+        """Add the time since the last tick to `seconds` (on every rank the slowest rank's, under a budget);
+        returns this rank's time since the last tick."""
         now = self.clock()
-        self.seconds, self.last_tick = self.seconds + now - self.last_tick, now
+        elapsed, self.last_tick = now - self.last_tick, now
+        self.seconds += elapsed
         if self.config.budget_seconds is not None and self.world_size > 1:
             self.seconds = self.slowest_rank_seconds()  # every rank must stop at the same step
+        return elapsed
 
     def schedule(self, tokens: int) -> float:
         """Count the step's `tokens` and set the learning rate they lead to; returns it."""
@@ -443,7 +445,8 @@ class ThreadChooser:
         self.home = threads  # the count in use between tries
         self.latest: dict[int, float] = {}  # seconds of the latest home step of each size
         self.confirmed: dict[int, float] = {}  # the same when the home count last won a comparison
-        self.ratios: list[float] = []  # of the running try, or of the latest home steps against `confirmed`
+        self.try_ratios: list[float] = []  # the running try's steps against `latest`
+        self.pace_ratios: list[float] = []  # the latest home steps against `confirmed`
         self.tried_steps = 0
         self.interval = TRY_EVERY
         self.next_try = TRY_EVERY
@@ -456,17 +459,17 @@ class ThreadChooser:
         if torch.get_num_threads() != self.home:  # a try
             self.tried_steps += 1
             if tokens in self.latest:
-                self.ratios.append(seconds / self.latest[tokens])
-            if len(self.ratios) >= TRY_STEPS or self.tried_steps >= 4 * TRY_STEPS:
-                return self.decide(float(np.median(self.ratios)) if self.ratios else 1.0, now)
+                self.try_ratios.append(seconds / self.latest[tokens])
+            if len(self.try_ratios) >= TRY_STEPS or self.tried_steps >= 4 * TRY_STEPS:
+                return self.decide(float(np.median(self.try_ratios)) if self.try_ratios else 1.0, now)
             return None
         if tokens in self.confirmed:
-            self.ratios = [*self.ratios[1 - TRY_STEPS :], seconds / self.confirmed[tokens]]
-            if len(self.ratios) == TRY_STEPS and np.median(self.ratios) > SLOWDOWN:
+            self.pace_ratios = [*self.pace_ratios[1 - TRY_STEPS :], seconds / self.confirmed[tokens]]
+            if len(self.pace_ratios) == TRY_STEPS and np.median(self.pace_ratios) > SLOWDOWN:
                 self.interval, self.next_try = TRY_EVERY, now
         self.latest[tokens] = seconds
         if now >= self.next_try:
-            self.ratios, self.tried_steps = [], 0
+            self.try_ratios, self.tried_steps = [], 0
             torch.set_num_threads(self.counts[1] if self.home == self.counts[0] else self.counts[0])
             self.warming = True
         return None
@@ -481,6 +484,6 @@ class ThreadChooser:
         else:
             torch.set_num_threads(self.home)
             self.warming, self.interval = True, min(2 * self.interval, TRY_EVERY_MAX)
-        self.confirmed, self.ratios = dict(self.latest), []
+        self.confirmed, self.pace_ratios = dict(self.latest), []
         self.next_try = now + self.interval
         return line
