@@ -12,8 +12,9 @@ Sources:
   recite.jsonl           bench/recite_eval.py: the recite protocol on pretrained models of the cpu recipe
   speed.jsonl            bench/bench_speed.py, the latest line of each machine
 
-The results table has one row per (run, protocol, recipe, machine): dev accuracy per seed, their
-mean, and the minutes of a whole run (training and evaluation, the mean over seeds). The direct
+The results table has one row per (run, protocol, recipe, machine, how the epochs were chosen: a
+fixed number, or planned to a time budget as run.sh plans them): dev accuracy per seed, their mean,
+and the minutes of a whole run (training and evaluation, the mean over seeds). The direct
 protocol's rows come first; each recite row also shows the share of dev recitations that hold the
 gold place and the minutes recite adds. The course's published figures stand beside it.
 """
@@ -84,23 +85,32 @@ def todays_reader(r: dict) -> bool:
     )
 
 
+def planned_to_budget(r: dict) -> bool:
+    """Whether a time_to_accuracy run planned its epochs to a time budget (as run.sh's do) rather than
+    running a fixed number: the two answer different questions and do not share a row."""
+    return bool(r["pretrain_config"].get("budget_fit"))
+
+
 def result_rows() -> list[dict]:
     """Every measured run as {run, protocol, recipe, machine, seed, dev, minutes, epochs (None if not
-    pretrained), ceiling and extra minutes (recite only, else None)}."""
+    pretrained), budget (epochs planned to a time budget), ceiling and extra minutes (recite only,
+    else None)}."""
     rows = []
     for r in read_jsonl("runs.jsonl"):
         recipe = "handout" if r["run"] == "london" else r["recipe"]
         rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
                      "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
                      "epochs": r.get("pretrain_epochs"), "ceiling": r.get("place_in_recitation"),
-                     "extra": r.get("extra_minutes")})  # fmt: skip
+                     "extra": r.get("extra_minutes"), "budget": recipe == "cpu"})  # fmt: skip
+    budgeted = {r["name"]: planned_to_budget(r) for r in read_jsonl("time_to_accuracy.jsonl")}
     for r in read_jsonl("recite.jsonl"):
         if r.get("protocol") != "recite" or not todays_reader(r):
             continue
         minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
         rows.append({"run": r["variant"], "protocol": "recite", "recipe": "cpu", "machine": r["machine"],
                      "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes, "epochs": r["pretrain_epochs"],
-                     "ceiling": r["place_in_recitation_dev"], "extra": r["extra_minutes"]})  # fmt: skip
+                     "ceiling": r["place_in_recitation_dev"], "extra": r["extra_minutes"],
+                     "budget": budgeted.get(r["name"], False)})  # fmt: skip
     for r in read_jsonl("gpu.jsonl"):
         if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
             continue
@@ -110,7 +120,7 @@ def result_rows() -> list[dict]:
             protocol = {"protocol": "recite", "ceiling": r["place_in_recitation"], "extra": r["extra_minutes"]}
         rows.append({"run": r["variant"], "recipe": "handout", "machine": f"{r['gpu']} ({r['runs_sharing_device']} runs "
                      "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes,
-                     "epochs": r["pretrain_epochs"],
+                     "epochs": r["pretrain_epochs"], "budget": False,
                      **protocol})  # fmt: skip
     for r in read_jsonl("time_to_accuracy.jsonl"):
         if not todays_cpu_recipe(r):
@@ -118,7 +128,8 @@ def result_rows() -> list[dict]:
         if r["variant"] == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
             continue  # another model than the handout's: bench/results/all_runs.md lists them
         rows.append({"run": r["variant"], "recipe": "cpu", "machine": r["cpu"], "seed": r["seed"], "dev": r["dev_accuracy"],
-                     "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"], **DIRECT})  # fmt: skip
+                     "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"],
+                     "budget": planned_to_budget(r), **DIRECT})  # fmt: skip
     for logged, row in enumerate(rows):
         row["logged"] = logged  # runs.jsonl is in the order the runs ended
     return rows
@@ -144,15 +155,15 @@ def mean(values: list[float]) -> float:
 def results_table() -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in result_rows():
-        groups[(row["run"], row["protocol"], row["recipe"], short(row["machine"]))].append(row)
+        groups[(row["run"], row["protocol"], row["recipe"], short(row["machine"]), row["budget"])].append(row)
     lines = [
         "| run | protocol | recipe | machine | seeds | dev % per seed | mean | place in recitation | minutes |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def where(kv: tuple) -> tuple:  # direct rows first, then by run and machine
-        run, protocol, _, machine = kv[0]
-        return protocol != "direct", order(run), machine, run
+        run, protocol, _, machine, budget = kv[0]
+        return protocol != "direct", order(run), machine, budget, run
 
     for run in BASELINES:  # a baseline's latest machine only (all_runs.md lists every run)
         mine = [key for key in groups if key[0] == run]
@@ -160,7 +171,7 @@ def results_table() -> str:
         for key in mine:
             if key != latest:
                 del groups[key]
-    for (run, protocol, recipe, machine), rows in sorted(groups.items(), key=where):
+    for (run, protocol, recipe, machine, budget), rows in sorted(groups.items(), key=where):
         rows.sort(key=lambda r: r["seed"])
         per_seed = ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
         average = mean([r["dev"] for r in rows]) * 100
@@ -169,6 +180,7 @@ def results_table() -> str:
         if epochs:
             shown = [f"{e:.0f}" for e in epochs]
             recipe = f"{recipe}, {shown[0] if len(set(shown)) == 1 else '/'.join(shown)} epochs"
+            recipe += " in a budget" if budget else ""
         seeds = ", ".join(str(r["seed"]) for r in rows)
         ceiling, shown_minutes = "-", f"{minutes:.0f}"
         if protocol == "recite":

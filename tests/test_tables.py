@@ -40,18 +40,31 @@ def test_a_baseline_shows_only_its_latest_machine(monkeypatch, tmp_path):
     assert "| London baseline | direct | handout | new machine |" in table and "old machine" not in table
 
 
-def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_seed(monkeypatch, tmp_path):
-    pipeline = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
+def a_research_run(budget_fit: bool) -> dict:
+    """A time_to_accuracy line of the cpu recipe: rope, seed 1, 97 epochs, 35.0% dev."""
+    return {"name": "rope_seed1", "variant": "rope", "preset": "cpu", "seed": 1, "cpu": "a test machine",
+            "started": "2026-01-01 10:00", "pretrain_doc_offset": 14, "pretrain_epochs_done": 97.0,
+            "pretrain_config": {"optimizer": "muon", "batch_size": 32, "learning_rate": 1e-3, "max_epochs": 97,
+                                "budget_fit": budget_fit},
+            "finetune_config": {"learning_rate": 1e-4, "max_epochs": 5}, "dev_accuracy": 0.35,
+            "total_seconds": 2400.0}  # fmt: skip
+
+
+PIPELINE_RUN = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
                 "dev_accuracy": 0.25, "minutes": 30.0, "command": "bash run.sh", "pretrain_epochs": 87.0}  # fmt: skip
-    research = {"name": "rope_seed1", "variant": "rope", "preset": "cpu", "seed": 1, "cpu": "a test machine",
-                "started": "2026-01-01 10:00", "pretrain_doc_offset": 14, "pretrain_epochs_done": 97.0,
-                "pretrain_config": {"optimizer": "muon", "batch_size": 32, "learning_rate": 1e-3, "max_epochs": 97},
-                "finetune_config": {"learning_rate": 1e-4, "max_epochs": 5}, "dev_accuracy": 0.35,
-                "total_seconds": 2400.0}  # fmt: skip
-    logged(monkeypatch, tmp_path, runs=pipeline, time_to_accuracy=research)
-    assert "| rope | direct | cpu, 87/97 epochs | a test machine | 0, 1 | 25.0, 35.0 | **30.0** | - | 35 |" in (
-        tables.results_table()
-    )
+
+
+def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_seed(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, runs=PIPELINE_RUN, time_to_accuracy=a_research_run(budget_fit=True))
+    row = "| rope | direct | cpu, 87/97 epochs in a budget | a test machine | 0, 1 | 25.0, 35.0 | **30.0** | - | 35 |"
+    assert row in tables.results_table()
+
+
+def test_a_run_of_fixed_epochs_does_not_share_a_row_with_runs_planned_to_a_time_budget(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, runs=PIPELINE_RUN, time_to_accuracy=a_research_run(budget_fit=False))
+    table = tables.results_table()
+    assert "| rope | direct | cpu, 87 epochs in a budget | a test machine | 0 | 25.0 | **25.0** | - | 30 |" in table
+    assert "| rope | direct | cpu, 97 epochs | a test machine | 1 | 35.0 | **35.0** | - | 40 |" in table
 
 
 def test_a_logged_ensemble_is_listed_with_every_run_with_its_whole_cost(monkeypatch, tmp_path):
