@@ -110,6 +110,7 @@ def main() -> None:
     record["reader_config"] = {"learning_rate": t["learning_rate"], "max_epochs": t["max_epochs"],
                                "dropout": reader_side["dropout"], "batch_size": t["batch_size"]}  # fmt: skip
     record["pretrain_seconds"], record["pretrain_epochs"] = side["train_seconds"], side["epochs_done"]
+    record["pretrain_doc_offset"] = side["doc_offset"]
     record["direct_dev_accuracy"] = direct_accuracy(work / "evaluate.log")
     entries = read_questions(ROOT / "data" / "birth_dev.tsv", require_place=True)
     questions = [q for q in entries if q is not None]

@@ -29,6 +29,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from config import DEFAULTS, PRESETS  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 README = ROOT / "README.md"
 ALL_RUNS = RESULTS / "all_runs.md"
@@ -50,6 +53,11 @@ DIRECT = {"protocol": "direct", "ceiling": None, "extra": None}
 # budgets, slow hosts, one thread) are not what a two-hour run.sh gives; bench/results/all_runs.md lists them.
 MIN_EPOCHS = 80
 PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
+CPU_PRETRAIN = {**DEFAULTS, **PRESETS["cpu"]["pretrain"]}
+CPU_READER = {**DEFAULTS, **PRESETS["cpu"]["reader"]}
+# What a logged cpu run without these fields used: the preset of every run logged before they were.
+EARLIER_DOC_OFFSET = 14
+EARLIER_READER = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}
 
 
 def read_jsonl(name: str) -> list[dict]:
@@ -60,27 +68,44 @@ def read_jsonl(name: str) -> list[dict]:
 
 
 def todays_cpu_recipe(r: dict) -> bool:
-    """A time_to_accuracy run of the cpu recipe as it is now, run to the end of its planned epochs
-    (fixed, or planned to a time budget after the first epoch)."""
+    """A time_to_accuracy run of the cpu recipe, now or before its doc offset changed, run to the end
+    of its planned epochs (fixed, or planned to a time budget after the first epoch)."""
     c, f = r["pretrain_config"], r.get("finetune_config", {})
     return (
         "snapshot_of" not in r
         and c.get("optimizer") == "muon"
         and c["batch_size"] == 32
         and c["learning_rate"] == 1e-3
-        and r.get("pretrain_doc_offset") == 14
+        and r.get("pretrain_doc_offset") in (0, 14)  # the preset's, now or before (cpu_recipe names it)
         and (f.get("learning_rate"), f.get("max_epochs")) == (1e-4, 5)
         and "pretrain_trainer_variant" not in r  # research variants of the trainer are not the recipe
         and r.get("pretrain_epochs_done") == c["max_epochs"] >= MIN_EPOCHS
     )
 
 
-def todays_reader(r: dict) -> bool:
-    """A bench/recite_eval.py line of the product: the cpu preset's reader, no other finetune flags, on a
-    pretraining of the cpu recipe as long as todays_cpu_recipe asks of a direct row."""
+def cpu_recipe(doc_offset: int | None, reader: dict | None) -> str:
+    """'cpu', followed by the settings in which a run differs from today's cpu preset: its pretraining's
+    doc offset (None: not pretrained) and, for a recite run, its reader's finetune (None: direct)."""
+    differences = []
+    if doc_offset is not None and doc_offset != CPU_PRETRAIN["doc_offset"]:
+        differences.append(f"offset {doc_offset}")
+    today = (CPU_READER["max_epochs"], CPU_READER["finetune_lr"], CPU_READER["dropout"])
+    if reader is not None and (reader["max_epochs"], reader["learning_rate"], reader["dropout"]) != today:
+        rate = f"{reader['learning_rate']:.0e}".replace("e-0", "e-")  # 1e-4
+        differences.append(f"reader {reader['max_epochs']} epochs at {rate}")
+    return ", ".join(["cpu", *differences])
+
+
+def cpu_reader(r: dict) -> bool:
+    """A bench/recite_eval.py line of the product: a reader of the cpu preset, now or before (no finetune
+    flags but its settings), on a pretraining of the cpu recipe as long as todays_cpu_recipe asks of a
+    direct row."""
+    flags = r.get("finetune_flags")
+    settings = ["--finetune_lr", "--dropout", "--max_epochs"]
     return (
         r.get("pretrain_preset") == r.get("preset") == "cpu"
-        and r.get("finetune_flags") == []
+        and flags is not None
+        and all(f in settings for f in flags[::2])
         and r["pretrain_epochs"] >= MIN_EPOCHS
     )
 
@@ -98,19 +123,27 @@ def result_rows() -> list[dict]:
     rows = []
     for r in read_jsonl("runs.jsonl"):
         recipe = "handout" if r["run"] == "london" else r["recipe"]
+        if recipe == "cpu":
+            offset = r.get("pretrain_doc_offset", EARLIER_DOC_OFFSET) if "pretrain_epochs" in r else None
+            recite = r.get("protocol") == "recite"
+            recipe = cpu_recipe(offset, r.get("reader", EARLIER_READER) if recite else None)
         rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
                      "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
                      "epochs": r.get("pretrain_epochs"), "ceiling": r.get("place_in_recitation"),
-                     "extra": r.get("extra_minutes"), "budget": recipe == "cpu"})  # fmt: skip
-    budgeted = {r["name"]: planned_to_budget(r) for r in read_jsonl("time_to_accuracy.jsonl")}
+                     "extra": r.get("extra_minutes"), "budget": r["recipe"] == "cpu"})  # fmt: skip
+    pretrainings = {r["name"]: r for r in read_jsonl("time_to_accuracy.jsonl")}
     for r in read_jsonl("recite.jsonl"):
-        if r.get("protocol") != "recite" or not todays_reader(r):
+        if r.get("protocol") != "recite" or not cpu_reader(r):
             continue
+        pretraining = pretrainings.get(r["name"], {})
+        reader = {k: r["reader_config"][k] for k in ("max_epochs", "learning_rate", "dropout")}
+        offset = r.get("pretrain_doc_offset", pretraining.get("pretrain_doc_offset", EARLIER_DOC_OFFSET))
+        recipe = cpu_recipe(offset, reader)
         minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
-        rows.append({"run": r["variant"], "protocol": "recite", "recipe": "cpu", "machine": r["machine"],
+        rows.append({"run": r["variant"], "protocol": "recite", "recipe": recipe, "machine": r["machine"],
                      "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes, "epochs": r["pretrain_epochs"],
                      "ceiling": r["place_in_recitation_dev"], "extra": r["extra_minutes"],
-                     "budget": budgeted.get(r["name"], False)})  # fmt: skip
+                     "budget": bool(pretraining) and planned_to_budget(pretraining)})  # fmt: skip
     for r in read_jsonl("gpu.jsonl"):
         if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
             continue
@@ -127,8 +160,8 @@ def result_rows() -> list[dict]:
             continue
         if r["variant"] == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
             continue  # another model than the handout's: bench/results/all_runs.md lists them
-        rows.append({"run": r["variant"], "recipe": "cpu", "machine": r["cpu"], "seed": r["seed"], "dev": r["dev_accuracy"],
-                     "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"],
+        rows.append({"run": r["variant"], "recipe": cpu_recipe(r["pretrain_doc_offset"], None), "machine": r["cpu"],
+                     "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"],
                      "budget": planned_to_budget(r), **DIRECT})  # fmt: skip
     for logged, row in enumerate(rows):
         row["logged"] = logged  # runs.jsonl is in the order the runs ended

@@ -497,9 +497,9 @@ def test_cpu_preset_ends_its_cosine_with_the_run():
     assert cfg.cosine_cap and cfg.final_tokens == args.max_epochs * 2937 * 127
 
 
-def test_cpu_preset_pretrains_on_documents_at_varied_start_positions():
-    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").doc_offset == 14
-    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--doc_offset", "0").doc_offset == 0
+def test_cpu_preset_pretrains_on_documents_from_position_0_where_recitation_reads_them():
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").doc_offset == 0
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--doc_offset", "14").doc_offset == 14
 
 
 def test_cpu_preset_finetunes_from_scratch_like_the_handout():
@@ -510,7 +510,7 @@ def test_cpu_preset_finetunes_from_scratch_like_the_handout():
 def test_cpu_preset_pretrains_with_muon_at_batch_32_for_at_most_150_epochs_planned_to_60_minutes():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
     assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 150)
-    assert (args.dropout, args.doc_offset, args.budget_minutes) == (0.0, 14, 60)
+    assert (args.dropout, args.doc_offset, args.budget_minutes) == (0.0, 0, 60)
     cfg = run.trainer_config(args, 2937)
     assert cfg.budget_fit and cfg.budget_seconds == 3600
 
@@ -519,6 +519,17 @@ def test_cpu_preset_finetunes_a_pretrained_model_for_5_epochs_at_1e_4_without_dr
     args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--reading_params_path", "x")
     assert args.optimizer == "adamw"
     assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (5, 256, 1e-4, 0.0)
+
+
+def test_cpu_preset_finetunes_a_recite_reader_like_the_handouts_finetune_so_that_it_learns_to_copy():
+    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--reading_params_path", "x", "--recite")
+    assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (10, 256, 6e-4, 0.1)
+
+
+def test_an_explicit_reader_setting_wins_over_the_readers_preset():
+    args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--reading_params_path", "x", "--recite",
+                    "--max_epochs", "5", "--dropout", "0")  # fmt: skip
+    assert (args.max_epochs, args.finetune_lr, args.dropout) == (5, 6e-4, 0.0)
 
 
 def test_an_explicit_optimizer_wins_over_every_preset():

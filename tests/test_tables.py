@@ -43,7 +43,7 @@ def test_a_baseline_shows_only_its_latest_machine(monkeypatch, tmp_path):
 def a_research_run(budget_fit: bool) -> dict:
     """A time_to_accuracy line of the cpu recipe: rope, seed 1, 97 epochs, 35.0% dev."""
     return {"name": "rope_seed1", "variant": "rope", "preset": "cpu", "seed": 1, "cpu": "a test machine",
-            "started": "2026-01-01 10:00", "pretrain_doc_offset": 14, "pretrain_epochs_done": 97.0,
+            "started": "2026-01-01 10:00", "pretrain_doc_offset": 0, "pretrain_epochs_done": 97.0,
             "pretrain_config": {"optimizer": "muon", "batch_size": 32, "learning_rate": 1e-3, "max_epochs": 97,
                                 "budget_fit": budget_fit},
             "finetune_config": {"learning_rate": 1e-4, "max_epochs": 5}, "dev_accuracy": 0.35,
@@ -51,7 +51,8 @@ def a_research_run(budget_fit: bool) -> dict:
 
 
 PIPELINE_RUN = {"run": "rope", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
-                "dev_accuracy": 0.25, "minutes": 30.0, "command": "bash run.sh", "pretrain_epochs": 87.0}  # fmt: skip
+                "dev_accuracy": 0.25, "minutes": 30.0, "command": "bash run.sh", "pretrain_epochs": 87.0,
+                "pretrain_doc_offset": 0}  # fmt: skip
 
 
 def test_runs_of_one_recipe_on_one_machine_share_a_row_with_their_epochs_per_seed(monkeypatch, tmp_path):
@@ -79,8 +80,8 @@ def test_a_logged_ensemble_is_listed_with_every_run_with_its_whole_cost(monkeypa
 RECITED = {"name": "vanilla_seed0", "variant": "vanilla", "seed": 0, "protocol": "recite", "machine": "a test machine",
            "preset": "cpu", "finetune_flags": [], "pretrain_preset": "cpu", "pretrain_seconds": 1500.0,
            "pretrain_epochs": 95.0, "reader_seconds": 120.0, "recite_dev_seconds": 60.0, "recite_chars": 100,
-           "reader_config": {"learning_rate": 1e-4, "max_epochs": 5, "dropout": 0.0, "batch_size": 256},
-           "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0}  # fmt: skip
+           "reader_config": {"learning_rate": 6e-4, "max_epochs": 10, "dropout": 0.1, "batch_size": 256},
+           "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0, "pretrain_doc_offset": 0}  # fmt: skip
 
 
 def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_minutes(monkeypatch, tmp_path):
@@ -98,9 +99,18 @@ def test_a_recite_run_on_a_short_pretraining_stays_out_of_the_results_table(monk
     assert "| recite |" not in tables.results_table()
 
 
-def test_a_recite_run_with_another_reader_than_the_presets_stays_out_of_the_results_table(monkeypatch, tmp_path):
-    logged(monkeypatch, tmp_path, recite={**RECITED, "finetune_flags": ["--finetune_lr", "6e-4"]})
+def test_a_recite_run_with_other_flags_than_the_readers_settings_stays_out_of_the_results_table(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, recite={**RECITED, "finetune_flags": ["--recite_chars", "60"]})
     assert "| recite |" not in tables.results_table()
+
+
+def test_a_cpu_run_is_labelled_with_the_settings_in_which_it_differs_from_todays_preset():
+    today = tables.CPU_PRETRAIN["doc_offset"]
+    assert tables.cpu_recipe(today, None) == tables.cpu_recipe(None, None) == "cpu"
+    assert tables.cpu_recipe(today + 7, None) == f"cpu, offset {today + 7}"
+    gentle = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}
+    assert tables.cpu_recipe(None, gentle) == "cpu, reader 5 epochs at 1e-4"
+    assert tables.cpu_recipe(None, {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}) == "cpu"
 
 
 GPU_RUN = {"name": "rope_cuda_handout_seed0", "protocol": "direct", "variant": "rope", "seed": 0, "gpu": "A GPU",
