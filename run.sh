@@ -105,12 +105,17 @@ timed vanilla_nopretrain_dev $RUN evaluate vanilla wiki.txt --reading_params_pat
 BUDGET_FLAGS=""
 if [ "$PRESET" = cpu ]; then
   # What a variant needs besides pretraining, from the steps just measured: a finetune of a pretrained
-  # model (5 of the 75 epochs just run), the recite reader's (10 epochs on examples about 3.5 times as
-  # long), reciting the 2,000 training people (about four evaluations), four evaluations, the two of the
-  # recite protocol about three times as long, and a minute of margin.
+  # model (its epochs of the preset's, at the pace of the epochs from scratch just run), the recite
+  # reader's (its epochs, on examples about 3.5 times as long), reciting the 2,000 training people (about
+  # four evaluations), four evaluations, the two of the recite protocol about three times as long, and a
+  # minute of margin.
   nopre=$(seconds_of vanilla_nopretrain_finetune) dev=$(seconds_of vanilla_nopretrain_dev)
-  budget=$(python -c "import sys; total, used, nopre, dev, n = map(float, sys.argv[1:])
-print(f'{max(1.0, (total * 60 - used - n * (nopre * (5 + 3.5 * 10) / 75 + 12 * dev + 60)) / n / 60):.1f}')" \
+  budget=$(python -c "import sys; sys.path.insert(0, 'src'); from config import PRESETS
+total, used, nopre, dev, n = map(float, sys.argv[1:])
+cpu = PRESETS['cpu']
+epoch = nopre / cpu['finetune']['max_epochs']
+finetunes = epoch * (cpu['finetune_pretrained']['max_epochs'] + 3.5 * cpu['reader']['max_epochs'])
+print(f'{max(1.0, (total * 60 - used - n * (finetunes + 12 * dev + 60)) / n / 60):.1f}')" \
     "$TOTAL_MINUTES" "$((SECONDS - START))" "$nopre" "$dev" "${#VARIANT_LIST[@]}")
   BUDGET_FLAGS="--budget_minutes $budget"
   echo; echo "run.sh: $((SECONDS - START)) s so far; each pretraining gets $budget minutes"

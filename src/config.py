@@ -16,8 +16,9 @@ BLOCK_SIZE = 128
 
 # Each preset fills the flags the user left unset, per phase: pretraining, finetuning
 # from scratch, finetuning a pretrained model (the handout's "fewer epochs after
-# pretraining"), and finetuning a recite reader from one (finetune --recite). A phase also names its learning-rate schedule (--schedule "handout": the
-# cosine fixed by the corpus size, uncapped; "run": a cosine that ends with the run), and
+# pretraining"), and finetuning a recite reader from one (finetune --recite). A phase
+# also names its learning-rate schedule (--schedule "handout": the cosine fixed by the
+# corpus size, uncapped; "run": a cosine that ends with the run), and
 # may name how examples are batched and which parameters decay (--order, --decay: see
 # trainer.TrainerConfig); what neither the preset nor the user sets comes from DEFAULTS.
 #
@@ -25,20 +26,21 @@ BLOCK_SIZE = 128
 #   every epoch (its DataLoader does not shuffle), and weight decay on every parameter but
 #   the biases. Measured on a GPU, this is what reaches the course's published figures.
 # cpu: this repository's recipe for a small CPU: Muon for the blocks' matrices at batch 32
-#   and lr 1e-3, no dropout, documents from position 0 as in the handout, pretraining epochs planned
-#   after every epoch to fill --budget_minutes (at most max_epochs) with the cosine ending
+#   and lr 1e-3, no dropout, documents from position 0 as in the handout, pretraining epochs
+#   planned after every epoch to fill --budget_minutes (at most max_epochs) with the cosine ending
 #   there, and a gentle finetune (5 epochs at 1e-4, no dropout) that keeps what was stored;
 #   its recite reader takes the handout's finetune (10 epochs at 6e-4, dropout 0.1), which
 #   teaches it to copy the place out of the recitation rather than answer from memory.
 _HANDOUT_LOOP = {"schedule": "handout", "order": "file", "decay": "all_but_biases"}
 _FROM_SCRATCH = {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1}
+_HANDOUT_AFTER_PRETRAINING = {**_FROM_SCRATCH, "max_epochs": 10}
 PRESETS = {
     "handout": {
         "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "doc_offset": 0,
                      **_HANDOUT_LOOP},
         "finetune": {**_FROM_SCRATCH, **_HANDOUT_LOOP},
-        "finetune_pretrained": {**_FROM_SCRATCH, "max_epochs": 10, **_HANDOUT_LOOP},
-        "reader": {**_FROM_SCRATCH, "max_epochs": 10, **_HANDOUT_LOOP},
+        "finetune_pretrained": {**_HANDOUT_AFTER_PRETRAINING, **_HANDOUT_LOOP},
+        "reader": {**_HANDOUT_AFTER_PRETRAINING, **_HANDOUT_LOOP},
     },
     "cpu": {
         "pretrain": {"max_epochs": 150, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0,
@@ -46,7 +48,7 @@ PRESETS = {
         "finetune": {**_FROM_SCRATCH, "schedule": "handout"},
         "finetune_pretrained": {"max_epochs": 5, "batch_size": 256, "finetune_lr": 1e-4, "dropout": 0.0,
                                 "schedule": "handout"},
-        "reader": {**_FROM_SCRATCH, "max_epochs": 10, "schedule": "handout"},
+        "reader": {**_HANDOUT_AFTER_PRETRAINING, "schedule": "handout"},
     },
 }  # fmt: skip
 DEFAULTS = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw", "order": "bucketed",
