@@ -59,7 +59,8 @@ def error_split(work: Path, reader: Path, questions: list, predictions: list[str
     run.apply_preset(args)  # the model's sizes from the reader's sidecar
     args.dropout = 0.0
     link = answers.reader_link(str(reader))
-    texts = answers.recitations(args, vocab, questions, link, torch.device("cpu"), "dev")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    texts = answers.recitations(args, vocab, questions, link, device, "dev")
     (work / "dev.recitations").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
     held = [q.place in t for q, t in zip(questions, texts, strict=True)]
     right = [p == q.place for p, q in zip(predictions, questions, strict=True)]
@@ -96,7 +97,8 @@ def main() -> None:
                 "--outputs_path", str(outputs[split])] + (["--scores_path", str(work / f"recite_{args.tag}.dev.scores.tsv")] if split == "dev" else [])
         for split, tsv in (("dev", "birth_dev.tsv"), ("test", "birth_test_inputs.tsv"))
     }  # fmt: skip
-    record = {"name": args.name, "variant": variant, "seed": seed, "protocol": "recite", "machine": cpu_name()}
+    record = {"name": args.name, "variant": variant, "seed": seed, "protocol": "recite"}
+    record["machine"] = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
     record["threads"] = torch.get_num_threads()
     record |= {"preset": args.preset, "finetune_flags": args.finetune_flags, "pretrain_preset": side.get("preset")}
     record["started"] = time.strftime("%Y-%m-%d %H:%M")

@@ -160,7 +160,7 @@ def result_rows() -> list[dict]:
             continue
         if r["variant"] == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
             continue  # another model than the handout's: bench/results/all_runs.md lists them
-        rows.append({"run": r["variant"], "recipe": cpu_recipe(r["pretrain_doc_offset"], None), "machine": r["cpu"],
+        rows.append({"run": r["variant"], "recipe": cpu_recipe(r["pretrain_doc_offset"], None), "machine": r.get("gpu") or r["cpu"],
                      "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["total_seconds"] / 60, "epochs": r["pretrain_epochs_done"],
                      "budget": planned_to_budget(r), **DIRECT})  # fmt: skip
     for logged, row in enumerate(rows):

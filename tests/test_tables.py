@@ -68,6 +68,12 @@ def test_a_run_of_fixed_epochs_does_not_share_a_row_with_runs_planned_to_a_time_
     assert "| rope | direct | cpu, 97 epochs | a test machine | 1 | 35.0 | **35.0** | - | 40 |" in table
 
 
+def test_a_research_run_of_the_cpu_recipe_on_a_gpu_is_labelled_with_the_gpu_not_its_host(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, time_to_accuracy={**a_research_run(budget_fit=False), "gpu": "a test GPU"})
+    table = tables.results_table()
+    assert "| rope | direct | cpu, 97 epochs | a test GPU | 1 |" in table and "a test machine" not in table
+
+
 def test_a_logged_ensemble_is_listed_with_every_run_with_its_whole_cost(monkeypatch, tmp_path):
     line = {"label": "ensemble of rope seeds 0, 1", "variants": ["rope"], "members": 2, "machine": "a test machine",
             "date": "2026-01-01", "dev_accuracy": 0.358, "minutes": 65.3}  # fmt: skip
