@@ -250,18 +250,18 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
         variant = run.prefix.split(".")[0]
         pretrained = run.prefix.endswith((".pretrain", ".recite"))
         sidecar = read_sidecar(Path(args.runs) / f"{variant}.pretrain.params") if pretrained else None
-        epochs = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
+        used = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
         if sidecar and "doc_offset" in sidecar:  # the settings the cpu recipe has changed in, as the run used them
-            epochs["pretrain_doc_offset"] = sidecar["doc_offset"]
+            used["pretrain_doc_offset"] = sidecar["doc_offset"]
         reader = read_sidecar(Path(args.runs) / f"{variant}.reader.params") if run.protocol == "recite" else None
         if reader and "trainer" in reader:
-            epochs["reader"] = {"max_epochs": reader["trainer"]["max_epochs"],
+            used["reader"] = {"max_epochs": reader["trainer"]["max_epochs"],
                                 "learning_rate": reader["trainer"]["learning_rate"], "dropout": reader["dropout"]}  # fmt: skip
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
             "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,
             "date": datetime.date.today().isoformat(), "seed": args.seed, "dev_accuracy": row["accuracy"],
-            "minutes": round(sum(seconds) / 60, 1), "command": args.command, **epochs, "protocol": run.protocol,
+            "minutes": round(sum(seconds) / 60, 1), "command": args.command, **used, "protocol": run.protocol,
             **recite_fields(row),
         })  # fmt: skip
     with open(RUNS_JSONL, "a", encoding="utf-8") as f:

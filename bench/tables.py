@@ -76,7 +76,7 @@ def todays_cpu_recipe(r: dict) -> bool:
         and c.get("optimizer") == "muon"
         and c["batch_size"] == 32
         and c["learning_rate"] == 1e-3
-        and r.get("pretrain_doc_offset") in (0, 14)  # the preset's, now or before (cpu_recipe names it)
+        and r.get("pretrain_doc_offset") in (CPU_PRETRAIN["doc_offset"], EARLIER_DOC_OFFSET)  # cpu_recipe names it
         and (f.get("learning_rate"), f.get("max_epochs")) == (1e-4, 5)
         and "pretrain_trainer_variant" not in r  # research variants of the trainer are not the recipe
         and r.get("pretrain_epochs_done") == c["max_epochs"] >= MIN_EPOCHS
