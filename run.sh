@@ -102,21 +102,16 @@ timed vanilla_nopretrain_dev $RUN evaluate vanilla wiki.txt --reading_params_pat
   --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/vanilla.nopretrain.dev.predictions" \
   --scores_path "$OUT_DIR/vanilla.nopretrain.dev.scores.tsv" $COMMON
 
+BOTTLENECK=64  # the perceiver's m: its bottleneck's positions
 BUDGET_FLAGS=""
 if [ "$PRESET" = cpu ]; then
-  # What a variant needs besides pretraining, from the steps just measured: a finetune of a pretrained
-  # model (its epochs of the preset's, at the pace of the epochs from scratch just run), the recite
-  # reader's (its epochs, on examples about 3.5 times as long), reciting the 2,000 training people (about
-  # four evaluations), four evaluations, the two of the recite protocol about three times as long, and a
-  # minute of margin.
-  nopre=$(seconds_of vanilla_nopretrain_finetune) dev=$(seconds_of vanilla_nopretrain_dev)
-  budget=$(python -c "import sys; sys.path.insert(0, 'src'); from config import PRESETS
-total, used, nopre, dev, n = map(float, sys.argv[1:])
-cpu = PRESETS['cpu']
-epoch = nopre / cpu['finetune']['max_epochs']
-finetunes = epoch * (cpu['finetune_pretrained']['max_epochs'] + 3.5 * cpu['reader']['max_epochs'])
-print(f'{max(1.0, (total * 60 - used - n * (finetunes + 12 * dev + 60)) / n / 60):.1f}')" \
-    "$TOTAL_MINUTES" "$((SECONDS - START))" "$nopre" "$dev" "${#VARIANT_LIST[@]}")
+  # Each pretraining gets an equal share of what is left once the other steps are set aside, as
+  # estimated from the two steps just timed (config.pretrain_budget_minutes).
+  budget=$(python -c "import sys; sys.path.insert(0, 'src'); from config import pretrain_budget_minutes as minutes
+total, used, nopre, dev = map(float, sys.argv[1:5])
+print(f'{minutes(total, used, nopre, dev, sys.argv[5].split(), bottleneck_dim=int(sys.argv[6])):.1f}')" \
+    "$TOTAL_MINUTES" "$((SECONDS - START))" "$(seconds_of vanilla_nopretrain_finetune)" \
+    "$(seconds_of vanilla_nopretrain_dev)" "$VARIANTS" "$BOTTLENECK")
   BUDGET_FLAGS="--budget_minutes $budget"
   echo; echo "run.sh: $((SECONDS - START)) s so far; each pretraining gets $budget minutes"
 fi
@@ -135,7 +130,7 @@ answer_with() {
 
 for variant in "${VARIANT_LIST[@]}"; do
   flags=""
-  [ "$variant" = perceiver ] && flags="--bottleneck_dim 64"
+  [ "$variant" = perceiver ] && flags="--bottleneck_dim $BOTTLENECK"
   timed ${variant}_pretrain $RUN pretrain $variant wiki.txt --writing_params_path "$OUT_DIR/$variant.pretrain.params" \
     $PRE_FLAGS $BUDGET_FLAGS $flags $COMMON
   # The direct protocol (the handout's), then the recite protocol: a reader finetuned from the same

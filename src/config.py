@@ -9,6 +9,7 @@ import os
 
 from model import GPT, GPTConfig
 from params import stored_sizes
+from recite import ANSWER_ROOM, RECITE_CHARS
 from trainer import TrainerConfig
 from utils import UserError
 
@@ -80,6 +81,32 @@ def apply_preset(args: argparse.Namespace) -> None:
     stored = stored_sizes(args.reading_params_path, "--reading_params_path")
     typed = {key: value for key, value in vars(args).items() if value is not None}
     vars(args).update({**DEFAULTS, **PRESETS[args.preset][phase], **stored, **typed})
+
+
+def pretrain_budget_minutes(
+    total_minutes: float,
+    used_seconds: float,
+    nopretrain_seconds: float,
+    dev_seconds: float,
+    variants: list[str],
+    bottleneck_dim: int,
+) -> float:
+    """run.sh with the cpu preset: the minutes each of `variants` may pretrain, in equal shares of what is
+    left of total_minutes after used_seconds once every variant's other steps are set aside. Those are
+    estimated from two steps just timed on this machine: the finetune from scratch (nopretrain_seconds,
+    the preset's epochs of question examples) and one dev evaluation (dev_seconds)."""
+    cpu = PRESETS["cpu"]
+    epoch = nopretrain_seconds / cpu["finetune"]["max_epochs"]
+    others = 2 * dev_seconds  # the ensemble's evaluation at the end
+    for variant in variants:
+        chars = bottleneck_dim - ANSWER_ROOM if variant == "perceiver" else RECITE_CHARS
+        # A recite reader's epoch took about 2.7 epochs of questions: its examples (the recitations that
+        # hold their place, about 85%) are three times as long at 100 characters of recitation.
+        reader_epoch = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
+        finetunes = epoch * cpu["finetune_pretrained"]["max_epochs"] + reader_epoch * cpu["reader"]["max_epochs"]
+        # six evaluations' worth: direct and recite answers to dev and test, reciting the training people
+        others += finetunes + 6 * dev_seconds + 30  # and half a minute of margin
+    return max(1.0, (total_minutes * 60 - used_seconds - others) / len(variants) / 60)
 
 
 def trainer_config(

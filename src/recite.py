@@ -9,8 +9,8 @@ only from the pretrained parameters, closed book:
    writing MASK or PAD (span corruption taught it to close a document with a
    MASK at any point, which would end the recollection);
 2. read: a reader, finetuned from the same pretrained params on the training
-   people's own recitations ("recitation MASK place MASK", loss on the answer
-   only), reads the place out of the recitation.
+   people's own recitations that hold their place ("recitation MASK place MASK",
+   loss on the answer only), reads the place out of the recitation.
 
 No dev place is seen at any step. After "Recitation-Augmented Language Models"
 (Sun et al., ICLR 2023); the evidence is in bench/RESEARCH.md.
@@ -144,4 +144,11 @@ def reader_dataset(
         f"recited {len(questions)} training people in {time.time() - t0:.1f} s ({chars} characters "
         f"each); the place is in {share:.1%} of the recitations"
     )
-    return NameDataset(corpus, reader_questions(questions, recitations))
+    # A recitation without the place could only teach the reader to answer from memory, as the direct
+    # protocol does; trained on the others alone it answered as many and took a fifth less time
+    # (bench/RESEARCH.md). A model pretrained too briefly to recite any place trains on them all.
+    kept = [(q, r) for q, r in zip(questions, recitations, strict=True) if q.place in r]
+    print(f"the reader trains on the {len(kept)} recitations that hold their place" if kept else
+          "no recitation holds its place (pretrain longer); the reader trains on them all")  # fmt: skip
+    kept = kept or list(zip(questions, recitations))
+    return NameDataset(corpus, reader_questions([q for q, _ in kept], [r for _, r in kept]))

@@ -86,6 +86,25 @@ def test_reader_loss_covers_the_answer_only(tiny_corpus):
     assert corpus.vocab.decode(y[trained].tolist()) == answer
 
 
+def reader_texts(tiny_corpus, tiny_train_tsv, monkeypatch, recitations: list[str]) -> list[str]:
+    """The texts the reader trains on when the pretrained model recites `recitations` (one per person)."""
+    monkeypatch.setattr(recite, "recite", lambda model, vocab, questions, *rest: recitations[: len(questions)])
+    corpus = CharCorruptionDataset(read_text(tiny_corpus), 128)
+    dataset = recite.reader_dataset(corpus, tiny_gpt(len(corpus.vocab)), tiny_train_tsv, 40, CPU)
+    return [q.text for q in dataset.data]
+
+
+def test_the_reader_trains_only_on_recitations_that_hold_their_place(tiny_corpus, tiny_train_tsv, monkeypatch):
+    recitations = [f"{name}. born in {place}" if i % 2 else f"{name}. born" for i, (name, place) in enumerate(PEOPLE)]
+    texts = reader_texts(tiny_corpus, tiny_train_tsv, monkeypatch, recitations)
+    assert texts == recitations[1::2]
+
+
+def test_a_reader_whose_recitations_hold_no_place_trains_on_them_all(tiny_corpus, tiny_train_tsv, monkeypatch):
+    recitations = [f"{name}. born" for name, _ in PEOPLE]
+    assert reader_texts(tiny_corpus, tiny_train_tsv, monkeypatch, recitations) == recitations
+
+
 def test_place_in_recitation_is_the_share_of_recitations_holding_the_gold_place():
     questions = questions_of(PEOPLE[:4])
     texts = ["Ada Lovelace. born in London", "Carl Gauss. born in Rome", "Marie Curie. Warsaw", "x"]
