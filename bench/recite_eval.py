@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from research import cpu_name, read_scores_tsv  # noqa: E402
+from research import cpu_name, read_scores_tsv, reader_examples  # noqa: E402
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
 from confidence import evaluation_summary  # noqa: E402
@@ -104,8 +104,7 @@ def main() -> None:
     record["started"] = time.strftime("%Y-%m-%d %H:%M")
     record["command"] = shlex.join(["python", "bench/recite_eval.py", *sys.argv[1:]])
     record["reader_seconds"] = round(timed(run + finetune, work / f"reader_{args.tag}.log")[0], 1)
-    kept = re.search(r"the reader trains on the (\d+) recitations", (work / f"reader_{args.tag}.log").read_text())
-    record["reader_examples"] = int(kept.group(1)) if kept else None  # None: all the training people
+    record["reader_examples"] = reader_examples(work / f"reader_{args.tag}.log")
     record["recite_dev_seconds"], text = timed(run + evaluate["dev"], work / f"recite_{args.tag}.dev.log")
     record["recite_test_seconds"] = round(timed(run + evaluate["test"], work / f"recite_{args.tag}.test.log")[0], 1)
     reader_side = read_sidecar(reader)

@@ -29,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
 
-from research import cpu_name, place_in_document, read_scores_tsv, research_summary  # noqa: E402
+from research import cpu_name, place_in_document, read_scores_tsv, reader_examples, research_summary  # noqa: E402
 
 from dataset import Question, read_questions, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
@@ -257,6 +257,9 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
         if reader and "trainer" in reader:
             used["reader"] = {"max_epochs": reader["trainer"]["max_epochs"],
                                 "learning_rate": reader["trainer"]["learning_rate"], "dropout": reader["dropout"]}  # fmt: skip
+            examples = reader_examples(Path(args.runs) / f"{variant}_reader.log")
+            if examples is not None:  # the recitations that held their place (run.sh's log of the step)
+                used["reader"]["examples"] = examples
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
             "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,

@@ -8,6 +8,7 @@ import bisect
 import contextlib
 import math
 import platform
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,14 @@ def cpu_name() -> str:
         name = f"{name} [family {info['cpu family']}, model {info['model']}]"
     bf16 = "bf16" if bf16_supported(torch.device("cpu")) else "no bf16"
     return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
+
+
+def reader_examples(log: str | Path) -> int | None:
+    """How many recitations a recite reader trained on, from its finetune's log (None: no such line, as
+    in the logs of readers that trained on every recitation)."""
+    path = Path(log)
+    found = re.search(r"the reader trains on the (\d+) recitations", path.read_text()) if path.is_file() else None
+    return int(found.group(1)) if found else None
 
 
 def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:

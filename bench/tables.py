@@ -90,9 +90,14 @@ def cpu_recipe(doc_offset: int | None, reader: dict | None) -> str:
     if doc_offset is not None and doc_offset != CPU_PRETRAIN["doc_offset"]:
         differences.append(f"offset {doc_offset}")
     today = (CPU_READER["max_epochs"], CPU_READER["finetune_lr"], CPU_READER["dropout"])
-    if reader is not None and (reader["max_epochs"], reader["learning_rate"], reader["dropout"]) != today:
-        rate = f"{reader['learning_rate']:.0e}".replace("e-0", "e-")  # 1e-4
-        differences.append(f"reader {reader['max_epochs']} epochs at {rate}")
+    if reader is not None:
+        words = []
+        if (reader["max_epochs"], reader["learning_rate"], reader["dropout"]) != today:
+            rate = f"{reader['learning_rate']:.0e}".replace("e-0", "e-")  # 1e-4
+            words.append(f"{reader['max_epochs']} epochs at {rate}")
+        if reader.get("examples") is None:  # today's reader trains on the recitations that hold the place
+            words.append("on all recitations")
+        differences += [f"reader {' '.join(words)}"] if words else []
     return ", ".join(["cpu", *differences])
 
 
@@ -126,7 +131,13 @@ def result_rows() -> list[dict]:
         if recipe == "cpu":
             offset = r.get("pretrain_doc_offset", EARLIER_DOC_OFFSET) if "pretrain_epochs" in r else None
             recite = r.get("protocol") == "recite"
-            recipe = cpu_recipe(offset, r.get("reader", EARLIER_READER) if recite else None)
+            reader = r.get("reader", EARLIER_READER) if recite else None
+            if reader and (reader["max_epochs"], reader["learning_rate"]) != (
+                CPU_READER["max_epochs"],
+                CPU_READER["finetune_lr"],
+            ):
+                continue  # a reader of an earlier finetune recipe: all_runs.md lists it
+            recipe = cpu_recipe(offset, reader)
         rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
                      "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
                      "epochs": r.get("pretrain_epochs"), "ceiling": r.get("place_in_recitation"),
@@ -137,6 +148,7 @@ def result_rows() -> list[dict]:
             continue
         pretraining = pretrainings.get(r["name"], {})
         reader = {k: r["reader_config"][k] for k in ("max_epochs", "learning_rate", "dropout")}
+        reader["examples"] = r.get("reader_examples")
         offset = r.get("pretrain_doc_offset", pretraining.get("pretrain_doc_offset", EARLIER_DOC_OFFSET))
         recipe = cpu_recipe(offset, reader)
         minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
@@ -317,8 +329,10 @@ def all_runs_table() -> str:
             continue
         minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
         reader = r["reader_config"]
+        trained_on = r.get("reader_examples") or "all"
         recipe = (
-            f"recite, reader {reader['max_epochs']} epochs at {reader['learning_rate']:g}, {r['recite_chars']} chars"
+            f"recite, reader {reader['max_epochs']} epochs at {reader['learning_rate']:g} on {trained_on} "
+            f"recitations, {r['recite_chars']} chars"
         )
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
@@ -328,7 +342,8 @@ def all_runs_table() -> str:
     for r in read_jsonl("runs.jsonl"):
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
-            f"| run.sh {r['date']}: {r['run']} | {r['run'].split('_')[0]} | {r['machine']} | {precision} | {r['seed']} "
+            f"| run.sh {r['date']}: {r['run']}{' (recite)' if r.get('protocol') == 'recite' else ''} "
+            f"| {r['run'].split('_')[0]} | {r['machine']} | {precision} | {r['seed']} "
             f"| {r['recipe']} | {r.get('pretrain_epochs', '-')} | {r['dev_accuracy'] * 100:.1f}% | {r['minutes']:.1f} |"
         )
     return "\n".join(lines) + "\n"

@@ -402,6 +402,22 @@ def test_report_records_the_pretrainings_doc_offset_and_the_readers_finetune_fro
     assert line["reader"] == {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}
 
 
+def test_report_records_how_many_recitations_the_reader_trained_on_from_its_log(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    runs = tmp_path / "outputs"
+    runs.mkdir()
+    (runs / "vanilla.recite.dev.predictions").write_text("".join(f"{p}\n" for _, p in PEOPLE[:4]), encoding="utf-8")
+    reader = {"dropout": 0.1, "trainer": {"max_epochs": 10, "learning_rate": 6e-4}}
+    (runs / "vanilla.reader.params.json").write_text(json.dumps(reader), encoding="utf-8")
+    (runs / "vanilla_reader.log").write_text("the reader trains on the 1677 recitations that hold their place\n")
+    monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
+    argv = ["--runs", str(runs), "--gold", str(tiny_dev_tsv), "--corpus", str(tiny_corpus)]
+    assert report.main([*argv, "--out", str(tmp_path / "r.md"), "--record"]) == 0
+    (line,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert line["reader"]["examples"] == 1677
+
+
 def test_agreement_counts_the_questions_right_in_both_in_either_and_in_any(tiny_dev_tsv, tmp_path, monkeypatch):
     places = [p for _, p in PEOPLE[:4]]
     a, b, c = tmp_path / "a.predictions", tmp_path / "b.predictions", tmp_path / "c.predictions"

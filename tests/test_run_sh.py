@@ -1,5 +1,5 @@
-"""Specification of the shell scripts: run.sh checks its settings and stops at the first failed step;
-setup.sh leaves the caller's shell as it was and reinstalls only when the requirements change."""
+"""Specification of the shell scripts: run.sh checks its settings, plans its pretrainings' minutes and
+stops at the first failed step; setup.sh leaves the caller's shell as it was and reinstalls only when the requirements change."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, real_data
+
+from config import pretrain_budget_minutes
 
 
 def run_sh(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
@@ -144,3 +146,30 @@ def test_a_recorded_run_names_the_settings_that_changed_what_ran(tmp_path):
     line = report_call(tmp_path, RECORD="1", TOTAL_MINUTES="90", VARIANTS="vanilla rope")
     assert line.endswith('--command VARIANTS="vanilla rope" TOTAL_MINUTES=90 bash run.sh --record')
     assert "--out" not in line
+
+
+# ---------------------------------------------------------------------------
+# run.sh's plan: each pretraining's share of TOTAL_MINUTES (config.pretrain_budget_minutes)
+
+THREE = ["vanilla", "perceiver", "rope"]
+
+
+def budget(variants: list[str], total: float = 120, used: float = 600, nopretrain: float = 600, dev: float = 10):
+    return pretrain_budget_minutes(total, used, nopretrain, dev, variants, bottleneck_dim=64)
+
+
+def test_the_pretrainings_share_what_is_left_once_the_other_steps_are_set_aside():
+    left = 120 - 600 / 60
+    assert 0.75 * left / 3 < budget(THREE) < left / 3
+
+
+def test_a_machine_slower_at_the_timed_steps_gives_each_pretraining_less():
+    assert budget(THREE, nopretrain=900, dev=15) < budget(THREE)
+
+
+def test_the_perceivers_shorter_recitation_leaves_more_time_to_pretrain():
+    assert budget(["vanilla", "perceiver"]) > budget(["vanilla", "rope"])
+
+
+def test_a_run_with_no_time_left_still_pretrains_for_a_minute():
+    assert budget(THREE, total=10) == 1.0

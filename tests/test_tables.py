@@ -87,7 +87,8 @@ RECITED = {"name": "vanilla_seed0", "variant": "vanilla", "seed": 0, "protocol":
            "preset": "cpu", "finetune_flags": [], "pretrain_preset": "cpu", "pretrain_seconds": 1500.0,
            "pretrain_epochs": 95.0, "reader_seconds": 120.0, "recite_dev_seconds": 60.0, "recite_chars": 100,
            "reader_config": {"learning_rate": 6e-4, "max_epochs": 10, "dropout": 0.1, "batch_size": 256},
-           "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0, "pretrain_doc_offset": 0}  # fmt: skip
+           "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0, "pretrain_doc_offset": 0,
+           "reader_examples": 1600}  # fmt: skip
 
 
 def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_minutes(monkeypatch, tmp_path):
@@ -98,6 +99,16 @@ def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_
     recited = "| vanilla | recite | cpu, 95 epochs | a test machine | 0 | 60.0 | **60.0** | 75.0% | 28 (+3.0 recite) |"
     assert recited in table
     assert table.index("| vanilla | direct |") < table.index(recited)
+
+
+def test_a_run_sh_recite_row_of_an_earlier_readers_finetune_stays_out_of_the_results_table(monkeypatch, tmp_path):
+    line = {"run": "vanilla", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
+            "dev_accuracy": 0.6, "minutes": 30.0, "command": "bash run.sh", "protocol": "recite",
+            "reader": {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}, "place_in_recitation": 0.7,
+            "extra_minutes": 2.0}  # fmt: skip
+    logged(monkeypatch, tmp_path, runs=line)
+    assert "| recite |" not in tables.results_table()
+    assert "| run.sh 2026-01-01: vanilla (recite) |" in tables.all_runs_table()
 
 
 def test_a_recite_run_on_a_short_pretraining_stays_out_of_the_results_table(monkeypatch, tmp_path):
@@ -114,9 +125,15 @@ def test_a_cpu_run_is_labelled_with_the_settings_in_which_it_differs_from_todays
     today = tables.CPU_PRETRAIN["doc_offset"]
     assert tables.cpu_recipe(today, None) == tables.cpu_recipe(None, None) == "cpu"
     assert tables.cpu_recipe(today + 7, None) == f"cpu, offset {today + 7}"
-    gentle = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}
+    gentle = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0, "examples": 1600}
     assert tables.cpu_recipe(None, gentle) == "cpu, reader 5 epochs at 1e-4"
-    assert tables.cpu_recipe(None, {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}) == "cpu"
+    assert tables.cpu_recipe(None, {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1, "examples": 1600}) == "cpu"
+
+
+def test_a_reader_that_trained_on_every_recitation_is_labelled_so():
+    reader = {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}  # logged before readers counted examples
+    assert tables.cpu_recipe(None, reader) == "cpu, reader on all recitations"
+    assert tables.cpu_recipe(None, {**reader, "max_epochs": 5}) == "cpu, reader 5 epochs at 6e-4 on all recitations"
 
 
 GPU_RUN = {"name": "rope_cuda_handout_seed0", "protocol": "direct", "variant": "rope", "seed": 0, "gpu": "A GPU",
