@@ -126,10 +126,13 @@ def result_rows() -> list[dict]:
     pretrained), budget (epochs planned to a time budget), ceiling and extra minutes (recite only,
     else None)}."""
     rows = []
+    pretrained_offset = None  # of the latest pretrained line: the ensemble line of a run.sh follows its own
     for r in read_jsonl("runs.jsonl"):
         recipe = "handout" if r["run"] == "london" else r["recipe"]
+        if "pretrain_epochs" in r:
+            pretrained_offset = r.get("pretrain_doc_offset", EARLIER_DOC_OFFSET)
         if recipe == "cpu":
-            offset = r.get("pretrain_doc_offset", EARLIER_DOC_OFFSET) if "pretrain_epochs" in r else None
+            offset = pretrained_offset if "pretrain_epochs" in r or r["run"] == "ensemble" else None
             recite = r.get("protocol") == "recite"
             reader = r.get("reader", EARLIER_READER) if recite else None
             if reader and (reader["max_epochs"], reader["learning_rate"]) != (
