@@ -166,3 +166,13 @@ def test_a_gpu_speed_line_shows_milliseconds_and_the_fast_path_in_fp32(monkeypat
 def test_the_readme_stays_a_short_users_guide():
     assert len((REPO_ROOT / "README.md").read_bytes()) <= 15_000
     assert len((REPO_ROOT / "bench" / "RESEARCH.md").read_bytes()) <= 40_000
+
+
+def test_an_ensemble_row_takes_the_doc_offset_of_the_run_sh_it_ended(monkeypatch, tmp_path):
+    base = {"recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0, "minutes": 30.0,
+            "command": "bash run.sh", "protocol": "direct"}  # fmt: skip
+    lines = [{**base, "run": "vanilla", "dev_accuracy": 0.2, "pretrain_epochs": 70.0, "pretrain_doc_offset": 14},
+             {**base, "run": "ensemble", "dev_accuracy": 0.25}]  # fmt: skip
+    logged(monkeypatch, tmp_path)
+    (tmp_path / "results" / "runs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert "| ensemble of the variants (most confident answer) | direct | cpu, offset 14 |" in tables.results_table()
