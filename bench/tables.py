@@ -55,6 +55,7 @@ MIN_EPOCHS = 80
 PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
 CPU_PRETRAIN = {**DEFAULTS, **PRESETS["cpu"]["pretrain"]}
 CPU_READER = {**DEFAULTS, **PRESETS["cpu"]["reader"]}
+TODAYS_READER = (CPU_READER["max_epochs"], CPU_READER["finetune_lr"], CPU_READER["dropout"])
 # What a logged cpu run without these fields used: the preset of every run logged before they were.
 EARLIER_DOC_OFFSET = 14
 EARLIER_READER = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}
@@ -89,16 +90,20 @@ def cpu_recipe(doc_offset: int | None, reader: dict | None) -> str:
     differences = []
     if doc_offset is not None and doc_offset != CPU_PRETRAIN["doc_offset"]:
         differences.append(f"offset {doc_offset}")
-    today = (CPU_READER["max_epochs"], CPU_READER["finetune_lr"], CPU_READER["dropout"])
     if reader is not None:
         words = []
-        if (reader["max_epochs"], reader["learning_rate"], reader["dropout"]) != today:
+        if reader_finetune(reader) != TODAYS_READER:
             rate = f"{reader['learning_rate']:.0e}".replace("e-0", "e-")  # 1e-4
             words.append(f"{reader['max_epochs']} epochs at {rate}")
         if reader.get("examples") is None:  # today's reader trains on the recitations that hold the place
             words.append("on all recitations")
         differences += [f"reader {' '.join(words)}"] if words else []
     return ", ".join(["cpu", *differences])
+
+
+def reader_finetune(reader: dict) -> tuple[int, float, float]:
+    """A logged reader's (epochs, learning rate, dropout), as TODAYS_READER spells the preset's."""
+    return reader["max_epochs"], reader["learning_rate"], reader["dropout"]
 
 
 def cpu_reader(r: dict) -> bool:
@@ -135,10 +140,7 @@ def result_rows() -> list[dict]:
             offset = pretrained_offset if "pretrain_epochs" in r or r["run"] == "ensemble" else None
             recite = r.get("protocol") == "recite"
             reader = r.get("reader", EARLIER_READER) if recite else None
-            if reader and (reader["max_epochs"], reader["learning_rate"]) != (
-                CPU_READER["max_epochs"],
-                CPU_READER["finetune_lr"],
-            ):
+            if reader and reader_finetune(reader) != TODAYS_READER:
                 continue  # a reader of an earlier finetune recipe: all_runs.md lists it
             recipe = cpu_recipe(offset, reader)
         rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
