@@ -2,15 +2,20 @@
 # Set-up shared by run.sh and test.sh: a virtual environment in .venv with the
 # pinned dependencies, and the data step. Safe to run again: it skips what is done.
 # Usage: source setup.sh [dev]     (dev: also pytest and ruff)
-# Sourced, it leaves the caller's shell options alone: the steps run in a subshell with
-# their own `set -euo pipefail`, and a failure returns 1 instead of closing the shell. All it
-# changes is PATH (.venv/bin first); `source .venv/bin/activate` gives a shell the whole venv.
-_setup_root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if ! (
+#        bash setup.sh [dev]       (the same steps, without changing the calling shell)
+# The steps run as their own bash process with `set -euo pipefail`, so the first failed step
+# stops them (bash ignores `set -e` in a subshell whose status an `if` tests). Sourced, a
+# failure returns 1 instead of closing the shell, and all it changes is PATH (.venv/bin
+# first); `source .venv/bin/activate` gives a shell the whole venv.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
-  ROOT=$_setup_root
+  ROOT="$(cd "$(dirname "$0")" && pwd)"
   PYTHON="${PYTHON:-python3}"
   if [ ! -x "$ROOT/.venv/bin/python" ]; then
+    if [ -e "$ROOT/.venv" ] || [ -L "$ROOT/.venv" ]; then
+      echo "setup: $ROOT/.venv exists but holds no Python; remove it and run again" >&2
+      exit 1
+    fi
     echo "setup: creating $ROOT/.venv with $($PYTHON --version)"
     "$PYTHON" -m venv "$ROOT/.venv"
   fi
@@ -25,7 +30,10 @@ if ! (
     touch "$STAMP"
   fi
   "$ROOT/.venv/bin/python" "$ROOT/data/get_data.py"
-); then
+  exit 0
+fi
+_setup_root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if ! bash "$_setup_root/setup.sh" "$@"; then
   unset _setup_root
   return 1 2>/dev/null || exit 1
 fi

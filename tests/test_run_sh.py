@@ -99,6 +99,22 @@ def test_a_failed_setup_returns_1_without_closing_the_callers_shell(tmp_path):
     assert proc.stdout.splitlines()[-1] == "still here: 1"
 
 
+def test_a_failed_install_stops_the_setup_before_its_stamp(tmp_path):
+    root = fake_checkout(tmp_path / "checkout", python_status=1)
+    assert bash(f'source "{root}/setup.sh"').returncode == 1
+    assert not list((root / ".venv").glob(".installed-*"))
+    assert "get_data.py" not in calls(root)
+
+
+def test_a_venv_without_python_is_refused_in_one_line(tmp_path):
+    root = fake_checkout(tmp_path / "checkout")
+    shutil.rmtree(root / ".venv")
+    (root / ".venv").symlink_to(tmp_path / "gone")
+    proc = bash(f'source "{root}/setup.sh"')
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"setup: {root}/.venv exists but holds no Python; remove it and run again"
+
+
 def test_a_moved_checkout_does_not_reinstall(tmp_path):
     root = fake_checkout(tmp_path / "a")
     assert bash(f'source "{root}/setup.sh"').returncode == 0
