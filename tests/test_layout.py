@@ -1,0 +1,40 @@
+"""The repository stays readable: short functions in src/, a CLI module a student reads in one
+sitting, and no file in bench/results/ that nothing reads or cites."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+
+from conftest import REPO_ROOT
+
+SRC = REPO_ROOT / "src"
+
+
+def test_no_function_in_src_is_longer_than_50_lines():
+    long = []
+    for path in sorted(SRC.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 50:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_the_cli_module_holds_at_most_400_lines():
+    assert len((SRC / "run.py").read_text(encoding="utf-8").splitlines()) <= 400
+
+
+def test_every_file_in_bench_results_is_named_by_a_script_a_test_or_the_research_notes():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    paths = tracked.stdout.splitlines()
+    results = [p for p in paths if p.startswith("bench/results/")]
+    assert results
+    texts = [
+        (REPO_ROOT / p).read_text(encoding="utf-8")
+        for p in paths
+        if not p.startswith("bench/results/") and p.endswith((".py", ".md", ".sh"))
+    ]
+    unnamed = [p for p in results if not any(p.rsplit("/", 1)[1] in text for text in texts)]
+    assert unnamed == []
