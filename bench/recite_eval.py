@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from recite_errors import dev_recitations  # noqa: E402
 from research import cpu_name, read_scores_tsv, reader_examples  # noqa: E402
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
 from confidence import evaluation_summary  # noqa: E402
-from config import BLOCK_SIZE  # noqa: E402
-from dataset import CharCorruptionDataset, read_questions, read_text  # noqa: E402
+from dataset import read_questions  # noqa: E402
 from params import read_sidecar  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "recite.jsonl"
@@ -50,17 +50,7 @@ def direct_accuracy(log: Path) -> float | None:
 def error_split(work: Path, reader: Path, questions: list, predictions: list[str]) -> dict:
     """The reader's accuracy where the dev recitation holds the gold place and where it does not
     (recitations recomputed with the reader's own pretrained params: decoding is deterministic)."""
-    import answers  # the same model the command line builds
-    import run
-
-    side = read_sidecar(reader)
-    vocab = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), BLOCK_SIZE).vocab
-    args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
-    run.apply_preset(args)  # the model's sizes from the reader's sidecar
-    args.dropout = 0.0
-    link = answers.reader_link(str(reader))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    texts = answers.recitations(args, vocab, questions, link, device, "dev")
+    texts = dev_recitations(reader, questions)
     (work / "dev.recitations").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
     held = [q.place in t for q, t in zip(questions, texts, strict=True)]
     right = [p == q.place for p, q in zip(predictions, questions, strict=True)]

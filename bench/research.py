@@ -74,26 +74,28 @@ def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:
     return out
 
 
-def place_in_document(questions: Sequence[Question], documents: Sequence[str]) -> list[bool | None]:
-    """For each question: whether its gold place occurs in the person's pretraining document.
+def person_documents(question: Question, documents: Sequence[str]) -> list[str]:
+    """The corpus lines of the question's person: those starting with their name and a full stop
+    ("Ada Lovelace. ..."). `documents` must be sorted; [] when the question names no one."""
+    name = person_name(question.text)
+    if name is None:
+        return []
+    prefix = name + "."
+    i = bisect.bisect_left(documents, prefix)
+    mine = []
+    while i < len(documents) and documents[i].startswith(prefix):
+        mine.append(documents[i])
+        i += 1
+    return mine
 
-    A person's documents are the corpus lines starting with their name and a
-    full stop ("Ada Lovelace. ..."); the place may occur in any of them. None
-    when no document is found (or the question names no one).
-    """
+
+def place_in_document(questions: Sequence[Question], documents: Sequence[str]) -> list[bool | None]:
+    """For each question: whether its gold place occurs in any of the person's pretraining documents
+    (person_documents); None when no document is found (or the question names no one)."""
     docs = sorted(documents)
     out: list[bool | None] = []
     for q in questions:
-        name = person_name(q.text)
-        if name is None or q.place is None:
-            out.append(None)
-            continue
-        prefix = name + "."
-        i = bisect.bisect_left(docs, prefix)
-        mine = []
-        while i < len(docs) and docs[i].startswith(prefix):
-            mine.append(docs[i])
-            i += 1
+        mine = person_documents(q, docs) if q.place is not None else []
         out.append(any(q.place in d for d in mine) if mine else None)
     return out
 

@@ -12,6 +12,7 @@ from conftest import PEOPLE, TINY_MODEL
 
 import recite
 import run
+from bench.recite_errors import ERROR_KINDS, error_kind
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, read_text
 from model import GPT, GPTConfig
 from utils import UserError
@@ -230,3 +231,30 @@ def test_a_reader_cannot_join_an_ensemble(tiny_corpus, tiny_train_tsv, tiny_dev_
                "--ensemble_params", "pt.params")  # fmt: skip
     assert code == 2
     assert "a recite reader cannot join an ensemble" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# where a reader's answers go wrong (bench/recite_errors.py)
+
+ADA = Question("Where was Ada Lovelace born?", "London", 1)
+ADA_DOCS = sorted(["Ada Lovelace. Ada was a mathematician born in London .", "Carl Gauss. Born in Brunswick ."])
+
+
+@pytest.mark.parametrize(
+    ("recitation", "prediction", "kind"),
+    [
+        ("Ada Lovelace. Ada was a mathematician born in London", "London", "right"),
+        ("Ada Lovelace. Ada was a mathematician born in London", "Ada", "held_answered_another_place_in_it"),
+        ("Ada Lovelace. Ada was a mathematician born in London", "Paris", "held_answered_a_place_not_in_it"),
+        ("Ada Lovelace. Ada was a mathe", "Paris", "place_past_the_recitation"),
+        ("Ada Lovelace. Ada was a poet born in Paris", "Paris", "recitation_left_the_document"),
+    ],
+)
+def test_each_dev_answer_is_sorted_into_one_kind_of_error(recitation, prediction, kind):
+    assert kind in ERROR_KINDS
+    assert error_kind(ADA, recitation, prediction, ADA_DOCS) == kind
+
+
+def test_a_place_in_none_of_the_persons_documents_is_its_own_kind():
+    gauss = Question("Where was Carl Gauss born?", "Göttingen", 2)
+    assert error_kind(gauss, "Carl Gauss. Born in Brunswick", "Brunswick", ADA_DOCS) == "place_not_in_document"
