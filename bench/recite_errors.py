@@ -1,11 +1,14 @@
 """Where a recite reader's dev answers go wrong, question by question.
 
-    python bench/recite_errors.py outputs vanilla      # a run.sh output folder and a variant
+    python bench/recite_errors.py outputs vanilla          # a run.sh output folder and a variant
+    python bench/recite_errors.py outputs vanilla --copy   # answers decoded as spans of the recitation
 
 Reads OUT/VARIANT.reader.params and OUT/VARIANT.recite.dev.predictions, recomputes the dev
 recitations with the pretrained params the reader recites with (greedy decoding is deterministic,
 so they are the ones the reader read), sorts every dev question into one of ERROR_KINDS, prints the
 counts and appends them, with the machine and the command, to bench/results/recite_errors.jsonl.
+With --copy the reader answers again, each answer constrained to a span of its recitation
+(decode.copying), in place of the predictions file.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from research import cpu_name, person_documents  # noqa: E402
 
-from config import BLOCK_SIZE  # noqa: E402
-from dataset import CharCorruptionDataset, Question, read_questions, read_text  # noqa: E402
-from params import read_sidecar  # noqa: E402
+from config import BLOCK_SIZE, build_model  # noqa: E402
+from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions, read_text  # noqa: E402
+from decode import predict  # noqa: E402
+from params import load_params, read_sidecar  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "recite_errors.jsonl"
 
@@ -44,9 +48,8 @@ ERROR_KINDS = {
 }
 
 
-def dev_recitations(reader: Path, questions: list[Question]) -> list[str]:
-    """The recitations the reader at `reader` reads for `questions`, recomputed with its pretrained params."""
-    import answers  # the model the command line builds
+def reader_command(reader: Path) -> tuple[argparse.Namespace, Vocabulary, torch.device]:
+    """The settings, vocabulary and device with which `run.py evaluate` would read `reader`."""
     import run
 
     side = read_sidecar(reader)
@@ -54,8 +57,23 @@ def dev_recitations(reader: Path, questions: list[Question]) -> list[str]:
     args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
     run.apply_preset(args)  # the model's sizes from the reader's sidecar
     args.dropout = 0.0
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return args, vocab, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def dev_recitations(reader: Path, questions: list[Question]) -> list[str]:
+    """The recitations the reader at `reader` reads for `questions`, recomputed with its pretrained params."""
+    import answers  # the model the command line builds
+
+    args, vocab, device = reader_command(reader)
     return answers.recitations(args, vocab, questions, answers.reader_link(str(reader)), device, "dev")
+
+
+def reader_answers(reader: Path, recitations: list[str], copy: bool) -> list[str]:
+    """The reader's greedy answers to `recitations`; with `copy`, each a span of its recitation."""
+    args, vocab, device = reader_command(reader)
+    model = build_model(args, len(vocab))
+    load_params(model, vocab, str(reader))
+    return predict(model.to(device), vocab, recitations, device, copy=copy)
 
 
 def error_kind(question: Question, recitation: str, prediction: str, documents: Sequence[str]) -> str:
@@ -77,19 +95,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out_dir", type=Path, help="a run.sh output folder")
     p.add_argument("variant", help="vanilla, perceiver or rope")
+    p.add_argument("--copy", action="store_true", help="decode the answers again, each a span of its recitation")
     args = p.parse_args()
     reader = args.out_dir / f"{args.variant}.reader.params"
     predictions_path = args.out_dir / f"{args.variant}.recite.dev.predictions"
     if read_sidecar(reader) is None or not predictions_path.is_file():
         sys.exit(f"error: {reader} (with its sidecar) or {predictions_path} not found")
     questions = [q for q in read_questions(ROOT / "data" / "birth_dev.tsv", require_place=True) if q is not None]
-    predictions = predictions_path.read_text(encoding="utf-8").split("\n")[: len(questions)]
     recitations = dev_recitations(reader, questions)
+    if args.copy:
+        predictions = reader_answers(reader, recitations, copy=True)
+    else:
+        predictions = predictions_path.read_text(encoding="utf-8").split("\n")[: len(questions)]
     documents = sorted(read_text(ROOT / "data" / "wiki.txt").splitlines())
     kinds = Counter(
         error_kind(q, r, pred, documents) for q, r, pred in zip(questions, recitations, predictions, strict=True)
     )
-    record = {"out_dir": str(args.out_dir), "variant": args.variant, "questions": len(questions)}
+    record = {"out_dir": str(args.out_dir), "variant": args.variant, "questions": len(questions), "copy": args.copy}
     record |= {"recite_chars": read_sidecar(reader).get("recite_chars"), "machine": cpu_name()}
     record |= {"started": time.strftime("%Y-%m-%d %H:%M"), "command": shlex.join(["python", *sys.argv])}
     record["kinds"] = {k: kinds.get(k, 0) for k in ERROR_KINDS}

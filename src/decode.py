@@ -82,10 +82,10 @@ def decode_batches(lengths: list[int], max_rows: int, max_tokens: int) -> list[l
     return batches
 
 
-def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.device) -> list[str]:
+def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.device, copy: bool = False) -> list[str]:
     """Greedy answers, one per question: each question + MASK is continued until the next MASK (or
     32 characters, or the block's end), decoded in batches of questions of similar length, so that
-    little of each batch is padding."""
+    little of each batch is padding. With `copy`, every answer is a span of its own question text."""
     model.eval()
     block, mask_id = model.get_block_size(), vocab.stoi[MASK_CHAR]
     encoded = [vocab.encode(q + MASK_CHAR) for q in questions]
@@ -93,7 +93,10 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.d
     batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
     for rows in tqdm(batches, desc="decoding", leave=False):
         batch = [encoded[i] for i in rows]
-        decoded = greedy_decode_batch(next_logits_fn(model), batch, MAX_ANSWER_CHARS, mask_id, block, device)
+        next_logits = next_logits_fn(model)
+        if copy:
+            next_logits = copying(next_logits, batch, mask_id)
+        decoded = greedy_decode_batch(next_logits, batch, MAX_ANSWER_CHARS, mask_id, block, device)
         for i, answer in zip(rows, decoded, strict=True):
             answers[i] = answer
     # A newline inside an answer would break the one-line-per-input predictions file.
@@ -164,6 +167,28 @@ def never_choosing(next_logits: Callable, banned_ids: list[int]) -> Callable:
         return logits
 
     return allowed
+
+
+def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Callable:
+    """next_logits (see greedy_decode_batch) that continues each of `prompts` (text + stop_id) only with
+    a span of its own text: the next token must extend the answer so far to a substring of the text,
+    or be stop_id once the answer holds a token. Every other logit is -inf."""
+    rows = list(range(len(prompts)))  # the prompt of each row still decoding
+
+    def copied(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+        nonlocal rows
+        if kept is not None:
+            rows = [rows[k] for k in kept.tolist()]
+        logits = next_logits(tokens, lengths, kept)
+        allowed = torch.zeros_like(logits, dtype=torch.bool)
+        for b, r in enumerate(rows):
+            text, n = prompts[r][:-1], int(lengths[b]) - len(prompts[r])
+            so_far = tokens[b, len(prompts[r]) : int(lengths[b])].tolist()
+            nexts = {text[j + n] for j in range(len(text) - n) if text[j : j + n] == so_far}
+            allowed[b, list(nexts | ({stop_id} if n else set()))] = True
+        return logits.masked_fill(~allowed, float("-inf"))
+
+    return copied
 
 
 @torch.no_grad()

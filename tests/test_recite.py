@@ -14,6 +14,7 @@ import recite
 import run
 from bench.recite_errors import ERROR_KINDS, error_kind
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, read_text
+from decode import predict
 from model import GPT, GPTConfig
 from utils import UserError
 
@@ -231,6 +232,22 @@ def test_a_reader_cannot_join_an_ensemble(tiny_corpus, tiny_train_tsv, tiny_dev_
                "--ensemble_params", "pt.params")  # fmt: skip
     assert code == 2
     assert "a recite reader cannot join an ensemble" in capsys.readouterr().err
+
+
+def test_a_copying_reader_answers_only_with_a_span_of_its_recitation(tiny_corpus):
+    vocab = CharCorruptionDataset(read_text(tiny_corpus), 128).vocab
+    texts = ["Ada Lovelace. Born in London", "Carl Gauss. Born in Brunswick"]
+    absent = next(c for c in vocab.stoi if c.isalpha() and all(c not in t for t in texts))
+    model = prefer(tiny_gpt(len(vocab)), [vocab.stoi[absent], vocab.stoi[MASK_CHAR], vocab.stoi["o"]])
+    assert set(predict(model, vocab, texts, CPU)[0]) == {absent}  # unconstrained, the favourite
+    assert predict(model, vocab, texts, CPU, copy=True) == ["o", "o"]  # the best span, closed at once
+
+
+def test_every_answer_of_a_copying_reader_is_a_span_of_its_text(tiny_corpus):
+    vocab = CharCorruptionDataset(read_text(tiny_corpus), 128).vocab
+    texts = [f"{name}. Where was {name} born? In {place}" for name, place in PEOPLE]
+    answers = predict(tiny_gpt(len(vocab)), vocab, texts, CPU, copy=True)
+    assert all(a and a in t for a, t in zip(answers, texts, strict=True))
 
 
 # ---------------------------------------------------------------------------
