@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from recite_errors import dev_recitations  # noqa: E402
-from research import cpu_name, read_scores_tsv, reader_examples  # noqa: E402
+from research import cpu_name, read_scores_tsv, reader_copies, reader_examples  # noqa: E402
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
 from confidence import evaluation_summary  # noqa: E402
@@ -96,6 +96,7 @@ def main() -> None:
     record["reader_seconds"] = round(timed(run + finetune, work / f"reader_{args.tag}.log")[0], 1)
     record["reader_examples"] = reader_examples(work / f"reader_{args.tag}.log")
     record["recite_dev_seconds"], text = timed(run + evaluate["dev"], work / f"recite_{args.tag}.dev.log")
+    record["reader_copies"] = reader_copies(work / f"recite_{args.tag}.dev.log")
     record["recite_test_seconds"] = round(timed(run + evaluate["test"], work / f"recite_{args.tag}.test.log")[0], 1)
     reader_side = read_sidecar(reader)
     record["recite_chars"] = reader_side["recite_chars"]

@@ -29,7 +29,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
 
-from research import cpu_name, place_in_document, read_scores_tsv, reader_examples, research_summary  # noqa: E402
+from research import (  # noqa: E402
+    cpu_name,
+    place_in_document,
+    read_scores_tsv,
+    reader_copies,
+    reader_examples,
+    research_summary,
+)
 
 from dataset import Question, read_questions, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
@@ -260,6 +267,8 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
             examples = reader_examples(Path(args.runs) / f"{variant}_reader.log")
             if examples is not None:  # the recitations that held their place (run.sh's log of the step)
                 used["reader"]["examples"] = examples
+            if reader_copies(Path(args.runs) / f"{variant}_recite_dev.log"):
+                used["reader"]["copies"] = True
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
             "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,

@@ -56,6 +56,13 @@ def reader_examples(log: str | Path) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def reader_copies(log: str | Path) -> bool:
+    """Whether a recite reader's answers were spans of their recitations, from its dev evaluation's log
+    (readers evaluated before answers were constrained so decoded freely)."""
+    path = Path(log)
+    return path.is_file() and "of the recitations (the reader's ceiling); its answers are spans" in path.read_text()
+
+
 def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:
     """Read a file written by `scores_tsv`: one entry per line, None for a blank line."""
     lines = read_text(path).split("\n")

@@ -97,6 +97,8 @@ def cpu_recipe(doc_offset: int | None, reader: dict | None) -> str:
             words.append(f"{reader['max_epochs']} epochs at {rate}")
         if reader.get("examples") is None:  # today's reader trains on the recitations that hold the place
             words.append("on all recitations")
+        if not reader.get("copies"):  # today's reader answers with a span of the recitation
+            words.append("decoding freely")
         differences += [f"reader {' '.join(words)}"] if words else []
     return ", ".join(["cpu", *differences])
 
@@ -140,8 +142,8 @@ def result_rows() -> list[dict]:
             offset = pretrained_offset if "pretrain_epochs" in r or r["run"] == "ensemble" else None
             recite = r.get("protocol") == "recite"
             reader = r.get("reader", EARLIER_READER) if recite else None
-            if reader and reader_finetune(reader) != TODAYS_READER:
-                continue  # a reader of an earlier finetune recipe: all_runs.md lists it
+            if reader and (reader_finetune(reader) != TODAYS_READER or reader.get("examples") is None):
+                continue  # a reader of an earlier recipe (its finetune, or all recitations): all_runs.md lists it
             recipe = cpu_recipe(offset, reader)
         rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
                      "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
@@ -153,7 +155,7 @@ def result_rows() -> list[dict]:
             continue
         pretraining = pretrainings.get(r["name"], {})
         reader = {k: r["reader_config"][k] for k in ("max_epochs", "learning_rate", "dropout")}
-        reader["examples"] = r.get("reader_examples")
+        reader["examples"], reader["copies"] = r.get("reader_examples"), r.get("reader_copies")
         offset = r.get("pretrain_doc_offset", pretraining.get("pretrain_doc_offset", EARLIER_DOC_OFFSET))
         recipe = cpu_recipe(offset, reader)
         minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60

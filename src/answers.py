@@ -74,9 +74,9 @@ def evaluate(
         texts = recitations(args, vocab, questions, reader, device, str(path))
         share = recite.place_in_recitation(questions, texts)
         if not math.isnan(share):
-            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling)")
+            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling); its answers are spans")
             writer.add_scalar("eval/place_in_recitation", share, 0)
-    scores = answer_and_score(members, vocab, questions, texts, device)
+    scores = answer_and_score(members, vocab, questions, texts, device, copy=reader is not None)
     predictions = [s.answer for s in scores]
     seconds = time.time() - t0
     write_answers(args, entries, scores)
@@ -118,13 +118,15 @@ def answer_and_score(
     questions: list[Question],
     texts: list[str],
     device: torch.device,
+    copy: bool = False,
 ) -> list[AnswerScore]:
     """Every member's greedy answer to each of `texts` (the questions, or their recitations), scored;
-    with several members each question keeps its most confident answer and each member's accuracy is printed."""
+    with several members each question keeps its most confident answer and each member's accuracy is printed.
+    With `copy` (a reader), each answer is a span of its text."""
     answers = []
     for params, member in members:
         member.to(device)
-        predictions = predict(member, vocab, texts, device)
+        predictions = predict(member, vocab, texts, device, copy=copy)
         answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
         if len(members) > 1:
             report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
@@ -183,7 +185,7 @@ def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, dev
     if reader is not None:
         with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
             (prompt,) = recitations(args, vocab, [Question(question, None, 1)], reader, device, "question")
-    answer = predict(model, vocab, [prompt], device)[0]
+    answer = predict(model, vocab, [prompt], device, copy=reader is not None)[0]
     (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
     if reader is not None:
         print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")

@@ -10,7 +10,9 @@ only from the pretrained parameters, closed book:
    MASK at any point, which would end the recollection);
 2. read: a reader, finetuned from the same pretrained params on the training
    people's own recitations that hold their place ("recitation MASK place MASK",
-   loss on the answer only), reads the place out of the recitation.
+   loss on the answer only), reads the place out of the recitation: its greedy
+   answer is constrained to a span of the recitation (decode.copying), which
+   changes no answer the recitation holds and turns some misreadings into it.
 
 No dev place is seen at any step. After "Recitation-Augmented Language Models"
 (Sun et al., ICLR 2023); the evidence is in bench/RESEARCH.md.

@@ -402,20 +402,41 @@ def test_report_records_the_pretrainings_doc_offset_and_the_readers_finetune_fro
     assert line["reader"] == {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}
 
 
-def test_report_records_how_many_recitations_the_reader_trained_on_from_its_log(
-    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
-):
+def recorded_reader(tmp_path: Path, monkeypatch, corpus: Path, gold: Path, logs: dict[str, str]) -> dict:
+    """The runs.jsonl line report.py records for a run.sh folder with a vanilla reader and these step logs."""
     runs = tmp_path / "outputs"
     runs.mkdir()
     (runs / "vanilla.recite.dev.predictions").write_text("".join(f"{p}\n" for _, p in PEOPLE[:4]), encoding="utf-8")
     reader = {"dropout": 0.1, "trainer": {"max_epochs": 10, "learning_rate": 6e-4}}
     (runs / "vanilla.reader.params.json").write_text(json.dumps(reader), encoding="utf-8")
-    (runs / "vanilla_reader.log").write_text("the reader trains on the 1677 recitations that hold their place\n")
+    for step, text in logs.items():
+        (runs / f"vanilla_{step}.log").write_text(text, encoding="utf-8")
     monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
-    argv = ["--runs", str(runs), "--gold", str(tiny_dev_tsv), "--corpus", str(tiny_corpus)]
+    argv = ["--runs", str(runs), "--gold", str(gold), "--corpus", str(corpus)]
     assert report.main([*argv, "--out", str(tmp_path / "r.md"), "--record"]) == 0
     (line,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert line["reader"]["examples"] == 1677
+    return line
+
+
+def test_report_records_how_many_recitations_the_reader_trained_on_from_its_log(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    log = {"reader": "the reader trains on the 1677 recitations that hold their place\n"}
+    assert recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, log)["reader"]["examples"] == 1677
+
+
+def test_report_records_that_the_reader_answered_with_spans_of_its_recitations_from_its_log(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    log = {
+        "recite_dev": "the gold place is in 86.0% of the recitations (the reader's ceiling); its answers are spans\n"
+    }
+    assert recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, log)["reader"]["copies"] is True
+
+
+def test_report_leaves_out_copies_for_a_reader_that_decoded_freely(tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch):
+    log = {"recite_dev": "the gold place is in 86.0% of the recitations (the reader's ceiling)\n"}
+    assert "copies" not in recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, log)["reader"]
 
 
 def test_agreement_counts_the_questions_right_in_both_in_either_and_in_any(tiny_dev_tsv, tmp_path, monkeypatch):

@@ -3,7 +3,9 @@ params, its errors, and a tiny run end to end through the command line."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,16 @@ def test_recite_runs_end_to_end_finetune_evaluate_and_ask(variant, tiny_corpus, 
     assert len(Path("dev.predictions").read_text(encoding="utf-8").splitlines()) == 4
     assert cli("ask", variant, tiny_corpus, *evaluate, "Where was Ada Lovelace born?") == 0
     assert "I recall: 'Ada Lovelace." in capsys.readouterr().out
+
+
+def test_a_readers_answer_is_a_span_of_what_it_recalls(tiny_corpus, tiny_train_tsv, capsys):
+    assert pretrain_and_read(tiny_corpus, tiny_train_tsv) == 0
+    capsys.readouterr()
+    question = "Where was Ada Lovelace born?"
+    assert cli("ask", "vanilla", tiny_corpus, "--reading_params_path", "reader.params", *TINY_MODEL, question) == 0
+    recalled = re.search(r"I recall: ('.*') -> ('.*') \(confidence", capsys.readouterr().out)
+    recollection, answer = (ast.literal_eval(g) for g in recalled.groups())
+    assert answer and answer in recollection
 
 
 def test_recite_without_reading_params_is_one_line_and_exit_2(tiny_corpus, tiny_train_tsv, capsys):

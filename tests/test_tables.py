@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import REPO_ROOT
 
 from bench import tables
@@ -88,7 +89,7 @@ RECITED = {"name": "vanilla_seed0", "variant": "vanilla", "seed": 0, "protocol":
            "pretrain_epochs": 95.0, "reader_seconds": 120.0, "recite_dev_seconds": 60.0, "recite_chars": 100,
            "reader_config": {"learning_rate": 6e-4, "max_epochs": 10, "dropout": 0.1, "batch_size": 256},
            "dev_accuracy": 0.6, "place_in_recitation_dev": 0.75, "extra_minutes": 3.0, "pretrain_doc_offset": 0,
-           "reader_examples": 1600}  # fmt: skip
+           "reader_examples": 1600, "reader_copies": True}  # fmt: skip
 
 
 def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_minutes(monkeypatch, tmp_path):
@@ -101,11 +102,17 @@ def test_a_recite_run_is_a_row_after_the_direct_ones_with_its_ceiling_and_extra_
     assert table.index("| vanilla | direct |") < table.index(recited)
 
 
-def test_a_run_sh_recite_row_of_an_earlier_readers_finetune_stays_out_of_the_results_table(monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "reader",
+    [
+        {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0},  # an earlier finetune
+        {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1},  # today's, on all recitations (no count)
+    ],
+)
+def test_a_run_sh_recite_row_of_an_earlier_reader_recipe_stays_out_of_the_results_table(monkeypatch, tmp_path, reader):
     line = {"run": "vanilla", "recipe": "cpu", "machine": "a test machine", "date": "2026-01-01", "seed": 0,
             "dev_accuracy": 0.6, "minutes": 30.0, "command": "bash run.sh", "protocol": "recite",
-            "reader": {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}, "place_in_recitation": 0.7,
-            "extra_minutes": 2.0}  # fmt: skip
+            "reader": reader, "place_in_recitation": 0.7, "extra_minutes": 2.0}  # fmt: skip
     logged(monkeypatch, tmp_path, runs=line)
     assert "| recite |" not in tables.results_table()
     assert "| run.sh 2026-01-01: vanilla (recite) |" in tables.all_runs_table()
@@ -125,15 +132,21 @@ def test_a_cpu_run_is_labelled_with_the_settings_in_which_it_differs_from_todays
     today = tables.CPU_PRETRAIN["doc_offset"]
     assert tables.cpu_recipe(today, None) == tables.cpu_recipe(None, None) == "cpu"
     assert tables.cpu_recipe(today + 7, None) == f"cpu, offset {today + 7}"
-    gentle = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0, "examples": 1600}
+    gentle = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0, "examples": 1600, "copies": True}
     assert tables.cpu_recipe(None, gentle) == "cpu, reader 5 epochs at 1e-4"
-    assert tables.cpu_recipe(None, {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1, "examples": 1600}) == "cpu"
+    today = {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1, "examples": 1600, "copies": True}
+    assert tables.cpu_recipe(None, today) == "cpu"
 
 
 def test_a_reader_that_trained_on_every_recitation_is_labelled_so():
-    reader = {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}  # logged before readers counted examples
+    reader = {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1, "copies": True}  # no count of examples
     assert tables.cpu_recipe(None, reader) == "cpu, reader on all recitations"
     assert tables.cpu_recipe(None, {**reader, "max_epochs": 5}) == "cpu, reader 5 epochs at 6e-4 on all recitations"
+
+
+def test_a_reader_whose_answers_were_not_spans_of_its_recitations_is_labelled_so():
+    reader = {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1, "examples": 1600}  # logged before copying
+    assert tables.cpu_recipe(None, reader) == "cpu, reader decoding freely"
 
 
 GPU_RUN = {"name": "rope_cuda_handout_seed0", "protocol": "direct", "variant": "rope", "seed": 0, "gpu": "A GPU",
