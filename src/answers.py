@@ -189,4 +189,5 @@ def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, dev
     (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
     if reader is not None:
         print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")
-    print(format_ask(question, score, beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS)))
+    alternatives = beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS, copy=reader is not None)
+    print(format_ask(question, score, alternatives))

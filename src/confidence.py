@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from dataset import MASK_CHAR, Question, Vocabulary
+from decode import span_continuations
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
@@ -121,8 +122,10 @@ def beam_search(
     device: torch.device,
     beam: int = 3,
     max_answer_chars: int = 32,
+    copy: bool = False,
 ) -> list[AnswerScore]:
-    """The `beam` most probable answers found by beam search over characters, best (highest logprob) first.
+    """The `beam` most probable answers found by beam search over characters, best (highest logprob) first;
+    with `copy` (a reader), only answers that are spans of `question` (decode.span_continuations).
 
     An answer ends with a MASK, or is cut off at the decoding limit. Each step
     extends every live beam by its `beam` best characters and keeps the
@@ -139,10 +142,17 @@ def beam_search(
         x = torch.tensor([prompt + ids for ids, _ in live], dtype=torch.long, device=device)  # (b, T)
         logits, _ = model(x)
         logp = F.log_softmax(logits[:, -1, :].float(), dim=-1)  # (b, V)
+        if copy:
+            allowed = torch.zeros_like(logp, dtype=torch.bool)
+            for row, (ids, _) in enumerate(live):
+                allowed[row, span_continuations(prompt[:-1], ids, mask_id)] = True
+            logp = logp.masked_fill(~allowed, float("-inf"))
         top_lp, top_id = logp.topk(min(beam, logp.size(-1)), dim=-1)  # (b, beam)
         candidates: list[tuple[list[int], float]] = []
         for (ids, lp), row_lp, row_id in zip(live, top_lp.tolist(), top_id.tolist(), strict=True):
             for tok_lp, tok in zip(row_lp, row_id, strict=True):
+                if tok_lp == float("-inf"):  # fewer allowed tokens than the beam is wide
+                    continue
                 if tok == mask_id:
                     done.append(AnswerScore(vocab.decode(ids), lp + tok_lp, (lp + tok_lp) / (step + 1), step + 1))
                 elif step + 1 == limit:  # cut off: no room left for the closing MASK

@@ -169,6 +169,14 @@ def never_choosing(next_logits: Callable, banned_ids: list[int]) -> Callable:
     return allowed
 
 
+def span_continuations(text: list[int], so_far: list[int], stop_id: int) -> list[int]:
+    """The tokens that keep an answer a span of `text`: each token that follows an occurrence of `so_far`
+    in `text`, and stop_id once `so_far` holds a token."""
+    n = len(so_far)
+    nexts = {text[j + n] for j in range(len(text) - n) if text[j : j + n] == so_far}
+    return sorted(nexts | ({stop_id} if n else set()))
+
+
 def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Callable:
     """next_logits (see greedy_decode_batch) that continues each of `prompts` (text + stop_id) only with
     a span of its own text: the next token must extend the answer so far to a substring of the text,
@@ -182,10 +190,8 @@ def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Ca
         logits = next_logits(tokens, lengths, kept)
         allowed = torch.zeros_like(logits, dtype=torch.bool)
         for b, r in enumerate(rows):
-            text, n = prompts[r][:-1], int(lengths[b]) - len(prompts[r])
             so_far = tokens[b, len(prompts[r]) : int(lengths[b])].tolist()
-            nexts = {text[j + n] for j in range(len(text) - n) if text[j : j + n] == so_far}
-            allowed[b, list(nexts | ({stop_id} if n else set()))] = True
+            allowed[b, span_continuations(prompts[r][:-1], so_far, stop_id)] = True
         return logits.masked_fill(~allowed, float("-inf"))
 
     return copied

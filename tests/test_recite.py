@@ -15,6 +15,7 @@ from conftest import PEOPLE, TINY_MODEL
 import recite
 import run
 from bench.recite_errors import ERROR_KINDS, error_kind
+from confidence import beam_search
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, read_text
 from decode import predict
 from model import GPT, GPTConfig
@@ -253,6 +254,15 @@ def test_a_copying_reader_answers_only_with_a_span_of_its_recitation(tiny_corpus
     model = prefer(tiny_gpt(len(vocab)), [vocab.stoi[absent], vocab.stoi[MASK_CHAR], vocab.stoi["o"]])
     assert set(predict(model, vocab, texts, CPU)[0]) == {absent}  # unconstrained, the favourite
     assert predict(model, vocab, texts, CPU, copy=True) == ["o", "o"]  # the best span, closed at once
+
+
+def test_a_copying_beam_search_finds_only_spans_of_the_text(tiny_corpus):
+    vocab = CharCorruptionDataset(read_text(tiny_corpus), 128).vocab
+    text = "Ada Lovelace. Born in London"
+    absent = next(c for c in vocab.stoi if c.isalpha() and c not in text)
+    model = prefer(tiny_gpt(len(vocab)), [vocab.stoi[absent], vocab.stoi[MASK_CHAR], vocab.stoi["o"]])
+    found = beam_search(model, vocab, text, CPU, beam=3, max_answer_chars=8, copy=True)
+    assert len(found) == 3 and all(a.answer and a.answer in text for a in found)
 
 
 def test_every_answer_of_a_copying_reader_is_a_span_of_its_text(tiny_corpus):
