@@ -60,17 +60,21 @@ def reader_command(reader: Path) -> tuple[argparse.Namespace, Vocabulary, torch.
     return args, vocab, torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def dev_recitations(reader: Path, questions: list[Question]) -> list[str]:
-    """The recitations the reader at `reader` reads for `questions`, recomputed with its pretrained params."""
+Command = tuple[argparse.Namespace, Vocabulary, torch.device]
+
+
+def dev_recitations(reader: Path, questions: list[Question], command: Command) -> list[str]:
+    """The recitations the reader at `reader` reads for `questions`, recomputed with its pretrained params
+    (`command`: reader_command(reader))."""
     import answers  # the model the command line builds
 
-    args, vocab, device = reader_command(reader)
+    args, vocab, device = command
     return answers.recitations(args, vocab, questions, answers.reader_link(str(reader)), device, "dev")
 
 
-def reader_answers(reader: Path, recitations: list[str], copy: bool) -> list[str]:
+def reader_answers(reader: Path, recitations: list[str], copy: bool, command: Command) -> list[str]:
     """The reader's greedy answers to `recitations`; with `copy`, each a span of its recitation."""
-    args, vocab, device = reader_command(reader)
+    args, vocab, device = command
     model = build_model(args, len(vocab))
     load_params(model, vocab, str(reader))
     return predict(model.to(device), vocab, recitations, device, copy=copy)
@@ -99,12 +103,14 @@ def main() -> None:
     args = p.parse_args()
     reader = args.out_dir / f"{args.variant}.reader.params"
     predictions_path = args.out_dir / f"{args.variant}.recite.dev.predictions"
-    if read_sidecar(reader) is None or not predictions_path.is_file():
+    side = read_sidecar(reader)
+    if side is None or not predictions_path.is_file():
         sys.exit(f"error: {reader} (with its sidecar) or {predictions_path} not found")
     questions = [q for q in read_questions(ROOT / "data" / "birth_dev.tsv", require_place=True) if q is not None]
-    recitations = dev_recitations(reader, questions)
+    command = reader_command(reader)
+    recitations = dev_recitations(reader, questions, command)
     if args.copy:
-        predictions = reader_answers(reader, recitations, copy=True)
+        predictions = reader_answers(reader, recitations, copy=True, command=command)
     else:
         predictions = predictions_path.read_text(encoding="utf-8").split("\n")[: len(questions)]
     documents = sorted(read_text(ROOT / "data" / "wiki.txt").splitlines())
@@ -112,7 +118,7 @@ def main() -> None:
         error_kind(q, r, pred, documents) for q, r, pred in zip(questions, recitations, predictions, strict=True)
     )
     record = {"out_dir": str(args.out_dir), "variant": args.variant, "questions": len(questions), "copy": args.copy}
-    record |= {"recite_chars": read_sidecar(reader).get("recite_chars"), "machine": cpu_name()}
+    record |= {"recite_chars": side.get("recite_chars"), "machine": cpu_name()}
     record |= {"started": time.strftime("%Y-%m-%d %H:%M"), "command": shlex.join(["python", *sys.argv])}
     record["kinds"] = {k: kinds.get(k, 0) for k in ERROR_KINDS}
     with open(RESULTS, "a", encoding="utf-8") as f:

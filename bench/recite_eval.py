@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from recite_errors import dev_recitations  # noqa: E402
+from recite_errors import dev_recitations, reader_command  # noqa: E402
 from research import cpu_name, read_scores_tsv, reader_copies, reader_examples  # noqa: E402
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
@@ -50,7 +50,7 @@ def direct_accuracy(log: Path) -> float | None:
 def error_split(work: Path, reader: Path, questions: list, predictions: list[str]) -> dict:
     """The reader's accuracy where the dev recitation holds the gold place and where it does not
     (recitations recomputed with the reader's own pretrained params: decoding is deterministic)."""
-    texts = dev_recitations(reader, questions)
+    texts = dev_recitations(reader, questions, reader_command(reader))
     (work / "dev.recitations").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
     held = [q.place in t for q, t in zip(questions, texts, strict=True)]
     right = [p == q.place for p, q in zip(predictions, questions, strict=True)]

@@ -12,7 +12,7 @@ only from the pretrained parameters, closed book:
    people's own recitations that hold their place ("recitation MASK place MASK",
    loss on the answer only), reads the place out of the recitation: its greedy
    answer is constrained to a span of the recitation (decode.copying), which
-   changes no answer the recitation holds and turns some misreadings into it.
+   leaves every answer that already is a span unchanged.
 
 No dev place is seen at any step. After "Recitation-Augmented Language Models"
 (Sun et al., ICLR 2023); the evidence is in bench/RESEARCH.md.
