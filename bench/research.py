@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from answers import COPYING_NOTE  # noqa: E402
 from confidence import AnswerScore, evaluation_summary, person_name  # noqa: E402
 from dataset import Question, read_text  # noqa: E402
 from utils import UserError, bf16_supported  # noqa: E402
@@ -60,7 +61,7 @@ def reader_copies(log: str | Path) -> bool:
     """Whether a recite reader's answers were spans of their recitations, from its dev evaluation's log
     (readers evaluated before answers were constrained so decoded freely)."""
     path = Path(log)
-    return path.is_file() and "of the recitations (the reader's ceiling); its answers are spans" in path.read_text()
+    return path.is_file() and f"of the recitations {COPYING_NOTE}" in path.read_text()
 
 
 def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:

@@ -31,6 +31,9 @@ from model import GPT, VARIANTS
 from params import load_params, read_sidecar, sidecar_path, stored_sizes
 from utils import ScalarWriter, UserError, check_output_file, find_data_file, write_text_atomic
 
+# How evaluate says a reader's answers were held to spans of its recitations (bench/ reads it in logs).
+COPYING_NOTE = "(the reader's ceiling); its answers are spans"
+
 
 def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> GPT:
     """A model built as the sidecar of params file `path` describes it (its variant and sizes)."""
@@ -74,7 +77,7 @@ def evaluate(
         texts = recitations(args, vocab, questions, reader, device, str(path))
         share = recite.place_in_recitation(questions, texts)
         if not math.isnan(share):
-            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling); its answers are spans")
+            print(f"the gold place is in {share:.1%} of the recitations {COPYING_NOTE}")
             writer.add_scalar("eval/place_in_recitation", share, 0)
     scores = answer_and_score(members, vocab, questions, texts, device, copy=reader is not None)
     predictions = [s.answer for s in scores]

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from dataset import MASK_CHAR, Question, Vocabulary
-from decode import span_continuations
+from decode import keep_spans
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
@@ -125,7 +125,7 @@ def beam_search(
     copy: bool = False,
 ) -> list[AnswerScore]:
     """The `beam` most probable answers found by beam search over characters, best (highest logprob) first;
-    with `copy` (a reader), only answers that are spans of `question` (decode.span_continuations).
+    with `copy` (a reader), only answers that are spans of `question` (decode.keep_spans).
 
     An answer ends with a MASK, or is cut off at the decoding limit. Each step
     extends every live beam by its `beam` best characters and keeps the
@@ -143,10 +143,7 @@ def beam_search(
         logits, _ = model(x)
         logp = F.log_softmax(logits[:, -1, :].float(), dim=-1)  # (b, V)
         if copy:
-            allowed = torch.zeros_like(logp, dtype=torch.bool)
-            for row, (ids, _) in enumerate(live):
-                allowed[row, span_continuations(prompt[:-1], ids, mask_id)] = True
-            logp = logp.masked_fill(~allowed, float("-inf"))
+            logp = keep_spans(logp, [prompt[:-1]] * len(live), [ids for ids, _ in live], mask_id)
         top_lp, top_id = logp.topk(min(beam, logp.size(-1)), dim=-1)  # (b, beam)
         candidates: list[tuple[list[int], float]] = []
         for (ids, lp), row_lp, row_id in zip(live, top_lp.tolist(), top_id.tolist(), strict=True):

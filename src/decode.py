@@ -169,12 +169,15 @@ def never_choosing(next_logits: Callable, banned_ids: list[int]) -> Callable:
     return allowed
 
 
-def span_continuations(text: list[int], so_far: list[int], stop_id: int) -> list[int]:
-    """The tokens that keep an answer a span of `text`: each token that follows an occurrence of `so_far`
-    in `text`, and stop_id once `so_far` holds a token."""
-    n = len(so_far)
-    nexts = {text[j + n] for j in range(len(text) - n) if text[j : j + n] == so_far}
-    return sorted(nexts | ({stop_id} if n else set()))
+def keep_spans(logits: torch.Tensor, texts: list[list[int]], answers: list[list[int]], stop_id: int) -> torch.Tensor:
+    """logits (b, V) with -inf for every token that would not keep answers[i] a span of texts[i]: allowed are
+    the tokens that follow an occurrence of answers[i] in texts[i], and stop_id once answers[i] holds a token."""
+    allowed = torch.zeros_like(logits, dtype=torch.bool)
+    for row, (text, so_far) in enumerate(zip(texts, answers, strict=True)):
+        n = len(so_far)
+        nexts = {text[j + n] for j in range(len(text) - n) if text[j : j + n] == so_far}
+        allowed[row, sorted(nexts | ({stop_id} if n else set()))] = True
+    return logits.masked_fill(~allowed, float("-inf"))
 
 
 def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Callable:
@@ -187,12 +190,8 @@ def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Ca
         nonlocal rows
         if kept is not None:
             rows = [rows[k] for k in kept.tolist()]
-        logits = next_logits(tokens, lengths, kept)
-        allowed = torch.zeros_like(logits, dtype=torch.bool)
-        for b, r in enumerate(rows):
-            so_far = tokens[b, len(prompts[r]) : int(lengths[b])].tolist()
-            allowed[b, span_continuations(prompts[r][:-1], so_far, stop_id)] = True
-        return logits.masked_fill(~allowed, float("-inf"))
+        answers = [tokens[b, len(prompts[r]) : int(lengths[b])].tolist() for b, r in enumerate(rows)]
+        return keep_spans(next_logits(tokens, lengths, kept), [prompts[r][:-1] for r in rows], answers, stop_id)
 
     return copied
 
