@@ -54,8 +54,7 @@ def reader_command(reader: Path) -> tuple[argparse.Namespace, Vocabulary, torch.
 
     side = read_sidecar(reader)
     vocab = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), BLOCK_SIZE).vocab
-    args = run.make_parser().parse_args(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
-    run.apply_preset(args)  # the model's sizes from the reader's sidecar
+    args = run.command_config(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
     args.dropout = 0.0
     return args, vocab, torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -26,11 +26,12 @@ import json
 import re
 import sys
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from config import DEFAULTS, PRESETS  # noqa: E402
+from config import PRESETS, RunConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 README = ROOT / "README.md"
@@ -53,6 +54,7 @@ DIRECT = {"protocol": "direct", "ceiling": None, "extra": None}
 # budgets, slow hosts, one thread) are not what a two-hour run.sh gives; bench/results/all_runs.md lists them.
 MIN_EPOCHS = 80
 PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
+DEFAULTS = asdict(RunConfig("pretrain", "vanilla", "wiki.txt"))
 CPU_PRETRAIN = {**DEFAULTS, **PRESETS["cpu"]["pretrain"]}
 CPU_READER = {**DEFAULTS, **PRESETS["cpu"]["reader"]}
 TODAYS_READER = (CPU_READER["max_epochs"], CPU_READER["finetune_lr"], CPU_READER["dropout"])

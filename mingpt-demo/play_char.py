@@ -5,8 +5,8 @@
     python mingpt-demo/play_char.py --max_iters 300      # a quick look (babble with line breaks)
     python mingpt-demo/play_char.py --input my.txt       # any UTF-8 text
 
-The model and the training loop are the repository's (`src/model.py`,
-`src/trainer.py`); sampling is the handout's (`bench/course.py`). This file adds
+The model, its sampler (`GPT.generate`) and the training loop are the repository's
+(`src/model.py`, `src/trainer.py`). This file adds
 the character dataset and the few steps that tie them together; `play_char.ipynb`
 imports these functions and runs the same steps cell by cell.
 """
@@ -29,10 +29,6 @@ from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
-sys.path.insert(0, str(REPO_ROOT / "bench"))  # course.py: the handout's sampler
-
-from course import sample  # noqa: E402
-
 from dataset import Vocabulary, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
@@ -199,12 +195,12 @@ def generate(
     top_k: int | None = None,
     greedy: bool = False,
 ) -> str:
-    """The prompt and `chars` more characters, drawn with the handout's `sample`."""
+    """The prompt and `chars` more characters, drawn by GPT.generate."""
     if not prompt:
         raise UserError("--prompt must not be empty")
     top_k = min(top_k, len(vocab)) if top_k else None
     x = torch.tensor([vocab.encode(prompt, where="--prompt")], dtype=torch.long, device=device)  # (1, T)
-    y = sample(model, x, chars, temperature=temperature, sample=not greedy, top_k=top_k)  # (1, T + chars)
+    y = model.generate(x, chars, temperature=temperature, do_sample=not greedy, top_k=top_k)  # (1, T + chars)
     return vocab.decode(y[0].tolist())
 
 

@@ -4,8 +4,8 @@ pretrained params."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import io
 import math
 import time
@@ -24,7 +24,7 @@ from confidence import (
     score_answers,
     scores_tsv,
 )
-from config import BLOCK_SIZE, build_model
+from config import BLOCK_SIZE, RunConfig, build_model
 from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions, score_places
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS
@@ -35,7 +35,7 @@ from utils import ScalarWriter, UserError, check_output_file, find_data_file, wr
 COPYING_NOTE = "(the reader's ceiling); its answers are spans"
 
 
-def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> GPT:
+def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
     """A model built as the sidecar of params file `path` describes it (its variant and sizes)."""
     side = read_sidecar(path)
     if not Path(path).is_file():
@@ -43,11 +43,11 @@ def model_for_params(args: argparse.Namespace, vocab: Vocabulary, path: str) -> 
     if side is None or side.get("variant") not in VARIANTS:
         raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
     sizes = stored_sizes(path, "--ensemble_params")
-    return build_model(argparse.Namespace(**{**vars(args), **sizes}), len(vocab), side["variant"])
+    return build_model(dataclasses.replace(args, **sizes), len(vocab), side["variant"])
 
 
 def evaluate(
-    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
+    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
 ) -> None:
     """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are given.
 
@@ -96,7 +96,7 @@ def evaluate(
         print(f"Predictions written to {args.outputs_path}; no targets provided")
 
 
-def write_answers(args: argparse.Namespace, entries: list[Question | None], scores: list[AnswerScore]) -> None:
+def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore]) -> None:
     """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path."""
     it = iter(s.answer for s in scores)
     write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
@@ -145,7 +145,7 @@ def reader_link(params_path: str) -> tuple[Path, int] | None:
 
 
 def recitations(
-    args: argparse.Namespace,
+    args: RunConfig,
     vocab: Vocabulary,
     questions: list[Question],
     reader: tuple[Path, int],
@@ -170,7 +170,7 @@ def report_accuracy(label: str, questions: list[Question], predictions: list[str
     return total > 0
 
 
-def ask(args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
+def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
     """Answer one question: the greedy answer, its confidence, and the top 3 answers of a beam search."""
     if args.reading_params_path is None:
         raise UserError("ask needs --reading_params_path")

@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from dataclasses import dataclass, field
+from typing import Any
 
-from model import GPT, GPTConfig
+from dataset import ORDERS
+from model import GPT, VARIANTS, GPTConfig
 from params import stored_sizes
-from recite import ANSWER_ROOM, RECITE_CHARS
+from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
 from trainer import TrainerConfig
 from utils import UserError
 
 BLOCK_SIZE = 128
+FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
 
 # Each preset fills the flags the user left unset, per phase: pretraining, finetuning
 # from scratch, finetuning a pretrained model (the handout's "fewer epochs after
@@ -21,7 +25,7 @@ BLOCK_SIZE = 128
 # also names its learning-rate schedule (--schedule "handout": the cosine fixed by the
 # corpus size, uncapped; "run": a cosine that ends with the run), and
 # may name how examples are batched and which parameters decay (--order, --decay: see
-# trainer.TrainerConfig); what neither the preset nor the user sets comes from DEFAULTS.
+# trainer.TrainerConfig); what neither the preset nor the user sets comes from RunConfig.
 #
 # handout: the course's recipe, as its trainer runs it: batches in file order, the same
 #   every epoch (its DataLoader does not shuffle), and weight decay on every parameter but
@@ -52,8 +56,6 @@ PRESETS = {
         "reader": {**_HANDOUT_AFTER_PRETRAINING, "schedule": "handout"},
     },
 }  # fmt: skip
-DEFAULTS = {"pretrain_lr": 6e-3, "finetune_lr": 6e-4, "doc_offset": 0, "optimizer": "adamw", "order": "bucketed",
-            "decay": "matmul", "n_layer": 4, "n_head": 8, "n_embd": 256, "bottleneck_dim": 32}  # fmt: skip
 RETIRED_PRESETS = {"cpu_fp32": "cpu"}  # old name -> the preset that replaced it
 
 
@@ -69,18 +71,109 @@ def preset_name(name: str) -> str:
     return name
 
 
-def apply_preset(args: argparse.Namespace) -> None:
-    """Resolve every flag: DEFAULTS, then the preset's phase, then the model sizes stored with
-    --reading_params_path (see stored_sizes), then what the user typed (not None)."""
-    if args.function == "pretrain":
-        phase = "pretrain"
-    elif args.function == "finetune" and args.recite and args.reading_params_path:
-        phase = "reader"
-    else:  # evaluate reads a finetuned model: its phase only names the flags, which it ignores
-        phase = "finetune_pretrained" if args.reading_params_path else "finetune"
-    stored = stored_sizes(args.reading_params_path, "--reading_params_path")
-    typed = {key: value for key, value in vars(args).items() if value is not None}
-    vars(args).update({**DEFAULTS, **PRESETS[args.preset][phase], **stored, **typed})
+def flag(default: Any, help: str | None, group: str, **argparse_options: Any) -> Any:
+    """A RunConfig field that is also run.py's flag --<field> (positional=True: an argument): its default,
+    its --help line (None: hidden) and group, and argparse's options (type, choices, nargs, action)."""
+    return field(default=default, metadata={"help": help, "group": group, **argparse_options})
+
+
+HANDOUT, OUTPUTS, TRAINING, RECIPE, RUN, SPEED = (
+    "the handout's", "outputs", "training", "recipe", "budget and checkpoints", "speed"
+)  # fmt: skip
+
+
+@dataclass
+class RunConfig:
+    """Every setting of a run.py command, resolved (see resolve). Each field is the flag of the same name,
+    from the command line to the params' sidecar and the checkpoint, which store it whole; the defaults
+    here are the only ones (what neither the user, the read params' sidecar nor the preset sets)."""
+
+    function: str = flag("", "what to do", HANDOUT, positional=True, choices=FUNCTIONS)
+    variant: str = flag("", "vanilla, perceiver (2023 handout) or rope (2024 handout)", HANDOUT,
+                        positional=True, choices=VARIANTS)  # fmt: skip
+    pretrain_corpus_path: str = flag("", "pretraining corpus (wiki.txt); defines the vocabulary in every mode",
+                                     HANDOUT, positional=True)  # fmt: skip
+    reading_params_path: str | None = flag(None, "params to load before training or evaluating", HANDOUT)
+    finetune_corpus_path: str | None = flag(None, "question<TAB>place file to finetune on", HANDOUT)
+    pretrain_lr: float = flag(6e-3, "peak learning rate for pretraining (6e-3; cpu: 1e-3)", HANDOUT, type=float)
+    finetune_lr: float = flag(6e-4, "peak learning rate for finetuning (6e-4; cpu, pretrained: 1e-4)", HANDOUT,
+                              type=float)  # fmt: skip
+    bottleneck_dim: int = flag(32, "perceiver bottleneck length m (32; the 2023 handout's figures used 64; "
+                               "read from the params' sidecar)", HANDOUT, type=int)  # fmt: skip
+    question: str | None = flag(None, 'ask only: e.g. "Where was Ada Lovelace born?"', OUTPUTS,
+                                positional=True, nargs="?")  # fmt: skip
+    writing_params_path: str | None = flag(None, "where to save the trained params", OUTPUTS)
+    eval_corpus_path: str | None = flag(None, "questions (with or without places) to answer", OUTPUTS)
+    outputs_path: str | None = flag(None, "where to write one prediction per input line", OUTPUTS)
+    scores_path: str | None = flag(None, "evaluate: also write answer<TAB>logprob<TAB>mean_logprob", OUTPUTS)
+    ensemble_params: list[str] | None = flag(
+        None, "evaluate: more finetuned params (any variant, read from their sidecars); each question takes the "
+        "answer its model is most confident of", OUTPUTS, nargs="+", metavar="PARAMS", action="extend")  # fmt: skip
+    tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<function>/)", OUTPUTS)
+    max_epochs: int = flag(0, "epochs (handout: 650 pretraining, 75 or 10 finetuning; cpu: at most 150, 5)",
+                           TRAINING, type=int)  # fmt: skip
+    batch_size: int = flag(0, "batch size (handout: pretrain 128, finetune 256; cpu: pretrain 32)", TRAINING, type=int)
+    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals (0.1; cpu: 0)", TRAINING, type=float)
+    optimizer: str = flag("adamw", "adamw (the handout's) or muon for the blocks' matrices (cpu pretraining)",
+                          TRAINING, choices=["adamw", "muon"])  # fmt: skip
+    seed: int = flag(0, "seed for init, data order, corruption and dropout (0)", TRAINING, type=int)
+    n_layer: int = flag(4, "transformer blocks (4; perceiver: down + n_layer-2 + up)", TRAINING, type=int)
+    n_head: int = flag(8, "attention heads (8)", TRAINING, type=int)
+    n_embd: int = flag(256, "embedding width (256)", TRAINING, type=int)
+    recite: bool = flag(False, "finetune a recite reader: the --reading_params_path model recites each training "
+                        "person and the reader learns to read the place from that (evaluate and ask then recite "
+                        "first: see README)", TRAINING, action="store_true")  # fmt: skip
+    recite_chars: int | None = flag(None, "with --recite: characters of recollection (100; the perceiver: "
+                                    "bottleneck_dim - 16)", TRAINING, type=int)  # fmt: skip
+    preset: str = flag("handout", "recipe for unset flags: handout (the course's, default) or cpu (README)", RECIPE,
+                       type=preset_name)  # fmt: skip
+    doc_offset: int = flag(0, "pretrain: start each example at a random position 0..N after another document's "
+                           "end (0)", RECIPE, type=int)  # fmt: skip
+    # Research settings that the presets set (bench/trainer_variant.py varies them): not in --help.
+    schedule: str = flag("handout", None, RECIPE, choices=["handout", "run"])
+    order: str = flag("bucketed", None, RECIPE, choices=ORDERS)
+    decay: str = flag("matmul", None, RECIPE, choices=["matmul", "all_but_biases"])
+    budget_minutes: float | None = flag(None, "pretrain: stop after this many minutes of training; with --preset "
+                                        "cpu the epochs are planned after every epoch to fill it at the pace "
+                                        "measured, the cosine ending with them (cpu: 60)", RUN, type=float)  # fmt: skip
+    max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, type=int)
+    resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, action="store_true")
+    ckpt_every: int = flag(100, "optimizer steps between checkpoints (100; 0: at the end)", RUN, type=int)
+    device: str = flag("auto", "where to run (auto: cuda if there is one)", RUN, choices=["auto", "cpu", "cuda"])
+    fp32: bool = flag(False, "train in fp32 even where bf16 autocast is available", SPEED, action="store_true")
+
+
+# What a resumed run may change: where its outputs go, its budget, checkpoints and device. Every
+# other setting defines what the run computes: --resume refuses a checkpoint made with another value.
+RESUME_MAY_CHANGE = frozenset(
+    {"question", "writing_params_path", "eval_corpus_path", "outputs_path", "scores_path", "ensemble_params",
+     "tb_expt_name", "budget_minutes", "max_steps", "resume", "ckpt_every", "device"}
+)  # fmt: skip
+
+
+def phase(function: str, recite: bool, reading_params_path: str | None) -> str:
+    """The preset phase a command runs: pretrain, finetune (from scratch), finetune_pretrained or reader."""
+    if function == "pretrain":
+        return "pretrain"
+    if function == "finetune" and recite and reading_params_path:
+        return "reader"
+    # evaluate and ask read a finetuned model: their phase only names settings they do not use
+    return "finetune_pretrained" if reading_params_path else "finetune"
+
+
+def resolve(typed: dict) -> RunConfig:
+    """The RunConfig of a command from the values the user typed (None: not typed): RunConfig's
+    defaults, then the preset's phase, then the model sizes stored with --reading_params_path (see
+    stored_sizes), then what the user typed."""
+    preset = typed.get("preset") or RunConfig.preset
+    recite = bool(typed.get("recite"))
+    steps = PRESETS[preset][phase(typed["function"], recite, typed.get("reading_params_path"))]
+    stored = stored_sizes(typed.get("reading_params_path"), "--reading_params_path")
+    given = {key: value for key, value in typed.items() if value is not None}
+    config = RunConfig(**{**steps, **stored, **given})
+    if config.recite and config.recite_chars is None:
+        config.recite_chars = default_recite_chars(config.variant, config.bottleneck_dim)
+    return config
 
 
 def pretrain_budget_minutes(
@@ -110,9 +203,9 @@ def pretrain_budget_minutes(
 
 
 def trainer_config(
-    args: argparse.Namespace, pretrain_len: int, train_len: int | None = None, example_length: int = BLOCK_SIZE - 1
+    args: RunConfig, pretrain_len: int, train_len: int | None = None, example_length: int = BLOCK_SIZE - 1
 ) -> TrainerConfig:
-    """TrainerConfig from the resolved flags (see apply_preset).
+    """The loop's settings for this command (see resolve).
 
     pretrain_len: documents in the pretraining corpus; train_len: examples per
     epoch of the data trained on now (default pretrain_len); example_length:
@@ -122,18 +215,13 @@ def trainer_config(
         final_tokens = args.max_epochs * (train_len or pretrain_len) * example_length
     else:  # the handout's: final_tokens fixed by the pretraining corpus, the cosine uncapped
         final_tokens = 200 * pretrain_len * BLOCK_SIZE
-    budget = args.budget_minutes if args.function == "pretrain" else None
     return TrainerConfig(
         max_epochs=args.max_epochs,
         batch_size=args.batch_size,
         learning_rate=args.pretrain_lr if args.function == "pretrain" else args.finetune_lr,
-        lr_decay=True,
-        warmup_tokens=512 * 20,
         final_tokens=final_tokens,
         cosine_cap=args.schedule == "run",
         max_steps=args.max_steps,
-        budget_seconds=None if budget is None else budget * 60,
-        budget_fit=budget is not None and args.schedule == "run",
         order=args.order,
         decay=args.decay,
         bf16=not args.fp32,
@@ -144,7 +232,15 @@ def trainer_config(
     )
 
 
-def build_model(args: argparse.Namespace, vocab_size: int, variant: str | None = None) -> GPT:
+def time_budget(args: RunConfig) -> tuple[float | None, bool]:
+    """(seconds, fit) of a pretraining's time budget: fit plans the run to it (the "run" schedule,
+    whose cosine spans the run), else the budget cuts the run off."""
+    if args.function != "pretrain" or args.budget_minutes is None:
+        return None, False
+    return args.budget_minutes * 60, args.schedule == "run"
+
+
+def build_model(args: RunConfig, vocab_size: int, variant: str | None = None) -> GPT:
     """The model the flags describe (variant: the positional one unless given)."""
     variant = variant or args.variant
     config = GPTConfig(
@@ -170,16 +266,16 @@ def build_model(args: argparse.Namespace, vocab_size: int, variant: str | None =
     return GPT(config)
 
 
-def check_args(args: argparse.Namespace) -> None:
+def check_args(args: RunConfig) -> None:
     """One-line errors for values no run can use (before any work is done)."""
-    for flag in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
-        value = getattr(args, flag)
+    for name in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
+        value = getattr(args, name)
         if value is not None and value < 1:
-            raise UserError(f"--{flag} must be at least 1, got {value}")
-    for flag in ("pretrain_lr", "finetune_lr", "budget_minutes"):
-        value = getattr(args, flag)
+            raise UserError(f"--{name} must be at least 1, got {value}")
+    for name in ("pretrain_lr", "finetune_lr", "budget_minutes"):
+        value = getattr(args, name)
         if value is not None and not (value > 0 and math.isfinite(value)):
-            raise UserError(f"--{flag} must be a positive number, got {value}")
+            raise UserError(f"--{name} must be a positive number, got {value}")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UserError(f"--dropout must be at least 0 and below 1, got {args.dropout}")
     if args.ckpt_every < 0:

@@ -4,8 +4,8 @@
 (`decode_batches`), with key/value caches (`next_logits_fn`,
 `attention.KVCache`), and gives exactly the answers of the handout's loop,
 which decodes one question at a time and recomputes the whole prefix for every
-character (bench/course.py; tested). `continue_text` does the same for the
-recite protocol's recitations.
+character (bench/course.py; tested). `continue_text` continues the recite protocol's
+recitations with GPT.generate.
 """
 
 from __future__ import annotations
@@ -158,17 +158,6 @@ def next_logits_fn(model: GPT):
 RECITE_BATCH = 256  # prompts continued together by `continue_text`
 
 
-def never_choosing(next_logits: Callable, banned_ids: list[int]) -> Callable:
-    """next_logits (see greedy_decode_batch) whose logits for `banned_ids` are -inf."""
-
-    def allowed(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-        logits = next_logits(tokens, lengths, kept)
-        logits[:, banned_ids] = float("-inf")
-        return logits
-
-    return allowed
-
-
 def keep_spans(logits: torch.Tensor, texts: list[list[int]], answers: list[list[int]], stop_id: int) -> torch.Tensor:
     """logits (b, V) with -inf for every token that would not keep answers[i] a span of texts[i]: allowed are
     the tokens that follow an occurrence of answers[i] in texts[i], and stop_id once answers[i] holds a token."""
@@ -196,24 +185,21 @@ def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Ca
     return copied
 
 
-@torch.no_grad()
 def continue_text(
     model: GPT, vocab: Vocabulary, prompts: list[str], length: int, banned: list[str], device: torch.device
 ) -> list[str]:
     """Greedy continuation of each prompt to `length` characters in all (the prompt included, cut there
     if longer), never choosing a character of `banned`: (N prompts) -> N strings of `length` characters.
-
-    The fast batched decoder with KV caches, as `predict` uses, in batches of prompts of similar length.
-    """
-    model.eval()
+    Prompts of one length continue together (GPT.generate, with key/value caches), RECITE_BATCH at a time."""
     banned_ids = [vocab.stoi[c] for c in banned]
     encoded = [vocab.encode(p, where=f"prompt {p!r}") for p in prompts]
-    out = [""] * len(prompts)
-    for rows in decode_batches([len(e) for e in encoded], RECITE_BATCH, RECITE_BATCH * model.get_block_size()):
-        batch = [encoded[i] for i in rows]
-        new = max(0, length - min(len(e) for e in batch))  # the shortest prompt of the batch needs the most
-        allowed = never_choosing(next_logits_fn(model), banned_ids)  # fresh caches for each batch
-        continued = greedy_decode_batch(allowed, batch, new, -1, model.get_block_size(), device)
-        for i, ids in zip(rows, continued, strict=True):
-            out[i] = (prompts[i] + vocab.decode(ids))[:length]
+    out = [p[:length] for p in prompts]
+    for n in sorted({len(e) for e in encoded if len(e) < length}):
+        rows = [i for i, e in enumerate(encoded) if len(e) == n]
+        for batch in (rows[k : k + RECITE_BATCH] for k in range(0, len(rows), RECITE_BATCH)):
+            idx = torch.tensor([encoded[i] for i in batch], dtype=torch.long, device=device)  # (b, n)
+            new = min(length, model.get_block_size()) - n
+            continued = model.generate(idx, new, banned=banned_ids)[:, n:].tolist()  # (b, new)
+            for i, ids in zip(batch, continued, strict=True):
+                out[i] = prompts[i] + vocab.decode(ids)
     return out

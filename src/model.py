@@ -9,6 +9,7 @@ Names of modules and parameters follow the course handout exactly, so a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -221,6 +222,42 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=0)
         return logits, loss
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        do_sample: bool = False,
+        top_k: int | None = None,
+        banned: list[int] | None = None,
+    ) -> torch.Tensor:
+        """Continue each row of idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens), as minGPT's
+        generate: the likeliest token, or (do_sample) one drawn from softmax(logits / temperature) among the
+        top_k; never a token of `banned`. Key/value caches while the rows fit the block; past it, every token
+        recomputes the last block_size positions, as the handout's sampler does."""
+        self.eval()
+        block = self.config.block_size
+        caches = self.new_caches()
+        for i in range(max_new_tokens):
+            if caches is not None and idx.size(1) > block:
+                caches = None
+            if caches is None:
+                logits = self(idx[:, -block:])[0]
+            else:
+                logits = self(idx if i == 0 else idx[:, -1:], caches=caches)[0]
+            logits = logits[:, -1].float() / temperature  # (B, V)
+            if banned:
+                logits[:, banned] = -math.inf
+            if top_k is not None:
+                logits[logits < torch.topk(logits, min(top_k, logits.size(-1)))[0][:, [-1]]] = -math.inf
+            if do_sample:
+                next_ids = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            else:
+                next_ids = logits.argmax(dim=-1, keepdim=True)
+            idx = torch.cat((idx, next_ids), dim=1)
+        return idx
 
     def new_caches(self) -> list[KVCache]:
         """Empty KV caches for decoding: one per block (perceiver: inputs, each bottleneck block, bottleneck outputs)."""

@@ -136,8 +136,8 @@ class MuonAdamW:
 
 
 def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.optim.AdamW | MuonAdamW:
-    """AdamW with weight decay on matmul weights only (config.optimizer "adamw", the handout's), or
-    Muon for the hidden layers' matmul weights and that AdamW for the rest ("muon").
+    """AdamW, the handout's optimizer (config.optimizer "adamw"), or Muon for the hidden layers'
+    matmul weights and that AdamW for the rest ("muon"); weight decay as config.decay says.
 
     The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases,
     LayerNorm parameters, the token embedding table, the position table and the perceiver's

@@ -42,12 +42,10 @@ RECITE_CHARS = 100  # characters of recollection (the prompt "X." included) on v
 ANSWER_ROOM = 16  # characters kept free for MASK, the place and its closing MASK (dev and train places fit)
 
 
-def default_recite_chars(model: GPT) -> int:
+def default_recite_chars(variant: str, bottleneck_dim: int) -> int:
     """RECITE_CHARS, or what the perceiver's bottleneck leaves: its outputs read only the first m inputs,
     so recitation and answer must both end within them."""
-    if model.config.variant == "perceiver":
-        return max(1, model.config.bottleneck_dim - ANSWER_ROOM)
-    return RECITE_CHARS
+    return max(1, bottleneck_dim - ANSWER_ROOM) if variant == "perceiver" else RECITE_CHARS
 
 
 def check_recite_chars(chars: int, model: GPT, places: list[str]) -> None:

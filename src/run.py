@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
-import math
-import os
 import shutil
 import signal
 import sys
@@ -30,24 +29,32 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
+import budget
 import recite
 from answers import ask, evaluate
-from config import BLOCK_SIZE, apply_preset, build_model, check_args, preset_name, trainer_config
-from dataset import ORDERS, CharCorruptionDataset, NameDataset, read_text
-from model import GPT, VARIANTS
+from config import (
+    BLOCK_SIZE,
+    RESUME_MAY_CHANGE,
+    RunConfig,
+    build_model,
+    check_args,
+    resolve,
+    time_budget,
+    trainer_config,
+)
+from dataset import CharCorruptionDataset, NameDataset, read_text
+from model import GPT
 from params import load_params, save_params
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     REPO_ROOT,
-    NullWriter,
     ScalarWriter,
     UserError,
     check_output_file,
     find_data_file,
-    init_distributed,
+    pick_device,
     refuse_same_file,
     seed_everything,
     torch_load_safe,
@@ -57,7 +64,7 @@ from utils import (
 # Checks and training
 
 
-def refuse_overwriting_inputs(args: argparse.Namespace) -> None:
+def refuse_overwriting_inputs(args: RunConfig) -> None:
     """No output of a command may be one of its inputs (where find_data_file reads them) or another output."""
 
     def located(name: str | None) -> Path | None:
@@ -83,24 +90,24 @@ def refuse_overwriting_inputs(args: argparse.Namespace) -> None:
 # Modes
 
 
-def load_checkpoint_for_resume(args: argparse.Namespace, ckpt_path: Path) -> dict:
-    """The checkpoint to resume, after checking that it belongs to this command line."""
+def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path) -> dict:
+    """The checkpoint to resume, after checking that it was made with this config (but for RESUME_MAY_CHANGE)."""
     if not ckpt_path.is_file():
         raise UserError(f"--resume: no checkpoint at {ckpt_path} (it is written next to --writing_params_path)")
     ckpt = torch_load_safe(ckpt_path)
-    if not isinstance(ckpt, dict) or "extra" not in ckpt or "args" not in ckpt["extra"]:
-        raise UserError(f"{ckpt_path}: not a checkpoint written by this program")
-    saved = ckpt["extra"]["args"]
-    for key in RUN_DEFINING_ARGS:
-        if key in saved and saved[key] != getattr(args, key):
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("extra"), dict) or "config" not in ckpt["extra"]:
+        raise UserError(f"{ckpt_path}: not a checkpoint written by this version of run.py")
+    saved, now = ckpt["extra"]["config"], asdict(config)
+    for key in now.keys() - RESUME_MAY_CHANGE:
+        if saved.get(key) != now[key]:
             raise UserError(
-                f"--resume: {ckpt_path} was written with --{key} {saved[key]!r}, this command has {getattr(args, key)!r}"
+                f"--resume: {ckpt_path} was made with --{key} {saved.get(key)!r}, this command has {now[key]!r}"
             )
     return ckpt
 
 
 def train(
-    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
+    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
 ) -> None:
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path."""
     if args.writing_params_path is None:
@@ -116,35 +123,42 @@ def train(
         print(
             f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
         )
-    writer.add_text("config", json.dumps({"args": vars(args), "trainer": asdict(cfg)}, indent=1))
-    announce(args, cfg, len(dataset), device)
-    trainer = Trainer(
-        model, dataset, cfg, device, log=writer.add_scalar,
-        extra={"args": vars(args), "vocab": "".join(corpus.vocab.itos)},
-    )  # fmt: skip
+    writer.add_text("config", json.dumps(asdict(args), indent=1))
+    budget_seconds, fit = time_budget(args)
+    announce(args, cfg, len(dataset), device, fit)
+    saved_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos)}
+    trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar, extra=saved_with)
+    pace = budget.attach(trainer, budget_seconds, fit)
     if ckpt is not None:
         trainer.resume(ckpt)
         print(f"resuming from {ckpt_path}: step {trainer.step}, epoch {trainer.epoch + 1}")
     t0 = time.time()
     with stop_on_signals(trainer):
-        losses = trainer.train()
+        trainer.train()
     seconds = time.time() - t0
-    if trainer.rank == 0:
-        save_params(model, corpus.vocab, args.writing_params_path, {**run_record(args, trainer, losses), **extra})
-    budget_spent = cfg.budget_seconds is not None and trainer.seconds >= cfg.budget_seconds
-    if budget_spent:
+    save_params(
+        model, corpus.vocab, args.writing_params_path, {"config": asdict(args), **run_record(trainer, pace), **extra}
+    )
+    print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
+          end_of_run(args, trainer, budget_seconds, ckpt_path))  # fmt: skip
+
+
+def end_of_run(args: RunConfig, trainer: Trainer, budget_seconds: float | None, ckpt_path: Path) -> str:
+    """Remove the checkpoint of a finished run; returns what the last line adds about how the run ended."""
+    if budget_seconds is not None and trainer.seconds >= budget_seconds:
         print(
             f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, "
             + (f"in epoch {trainer.epoch + 1}" if trainer.batch_in_epoch else f"after epoch {trainer.epoch}")
-            + f" of {cfg.max_epochs}; the learning-rate schedule was cut off there"
+            + f" of {trainer.config.max_epochs}; the learning-rate schedule was cut off there"
         )
-    if trainer.rank == 0 and (budget_spent or trainer.epoch >= cfg.max_epochs):
-        ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume (a --max_steps stop keeps it)
-    print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}")
+    if not trainer.stop and trainer.epoch < trainer.config.max_epochs and ckpt_path.is_file():  # --max_steps
+        return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
+    ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume
+    return ""
 
 
 def training_data(
-    args: argparse.Namespace, corpus: CharCorruptionDataset, model: GPT, device: torch.device
+    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device
 ) -> tuple[CharCorruptionDataset | NameDataset, dict]:
     """What this command trains on (the corpus, the finetune questions, or a recite reader's
     recitations) and what its sidecar adds (a reader's link to its pretrained params)."""
@@ -155,16 +169,14 @@ def training_data(
     path = find_data_file(args.finetune_corpus_path, "finetune corpus")
     if not args.recite:
         return NameDataset(corpus, path), {}
-    if args.recite_chars is None:
-        args.recite_chars = recite.default_recite_chars(model)
     dataset = recite.reader_dataset(corpus, model, path, args.recite_chars, device)
     return dataset, recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
 
 
-def announce(args: argparse.Namespace, cfg: TrainerConfig, examples: int, device: torch.device) -> None:
+def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:
     """Say what this run trains, how long, and how; warn when the handout's recipe meets a CPU."""
     plan = f"{cfg.max_epochs} epoch{'s' if cfg.max_epochs != 1 else ''}" + (
-        f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if cfg.budget_fit else ""
+        f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if fit else ""
     )
     print(
         f"{args.function} {args.variant}: {examples} examples, {plan}, batch {cfg.batch_size}, "
@@ -192,18 +204,17 @@ def stop_on_signals(trainer: Trainer) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run_record(args: argparse.Namespace, trainer: Trainer, losses: list[float]) -> dict:
-    """What the params sidecar records of the training run: its configs as used, how far it got, how long."""
-    n_batches = math.ceil(len(trainer.train_dataset) / trainer.config.batch_size)
+def run_record(trainer: Trainer, pace: budget.Pace) -> dict:
+    """What the params sidecar records of the training run: how far it got and how long it took."""
     return {
-        "trainer": asdict(trainer.config),
-        "preset": args.preset,
-        "dropout": args.dropout,
-        "doc_offset": args.doc_offset,
         "steps": trainer.step,
-        "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, n_batches), 3),
+        "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, trainer.batches_per_epoch), 3),
+        "planned_epochs": trainer.config.max_epochs,  # a budget's plan may have changed the epochs asked for
         "train_seconds": trainer.seconds,
-        "final_loss": losses[-1] if losses else None,
+        "final_loss": trainer.losses[-1] if trainer.losses else None,
+        "final_lr": trainer.lr,
+        "replans": pace.replans,
+        "thread_switches": pace.threads.switches if pace.threads else 0,
     }
 
 
@@ -218,117 +229,36 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-# What a resumed run may change: where its outputs go, its budget, checkpoints and device.
-# Every other flag defines what the run computes: --resume refuses a checkpoint written with
-# another value.
-RESUME_MAY_CHANGE = frozenset(
-    {"question", "writing_params_path", "eval_corpus_path", "outputs_path", "scores_path", "ensemble_params",
-     "tb_expt_name", "budget_minutes", "max_steps", "resume", "ckpt_every", "device"}
-)  # fmt: skip
-
-
 def make_parser() -> Parser:
-    """The command line: the handout's arguments and ours, in groups (see --help)."""
+    """The command line: one flag per RunConfig field, in its help group; every default is None, so that
+    config.resolve knows what was typed."""
     p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_handout_and_output_flags(p)
-    add_training_flags(p)
-    add_recipe_and_run_flags(p)
+    groups: dict = {}
+    for f in dataclasses.fields(RunConfig):
+        options = dict(f.metadata)
+        group = options.pop("group")
+        g = groups.get(group) or groups.setdefault(group, p.add_argument_group(group))
+        options["help"] = options["help"] or argparse.SUPPRESS
+        if options.pop("positional", False):
+            g.add_argument(f.name, **options)
+        else:
+            g.add_argument(f"--{f.name}", **({"default": None} | options))
     return p
 
 
-def add_handout_and_output_flags(p: Parser) -> None:
-    """The handout's arguments (its spelling), and where a command writes."""
-    g = p.add_argument_group("the handout's")
-    g.add_argument("function", choices=["pretrain", "finetune", "evaluate", "ask"], help="what to do")
-    g.add_argument("variant", choices=VARIANTS, help="vanilla, perceiver (2023 handout) or rope (2024 handout)")
-    g.add_argument("pretrain_corpus_path", help="pretraining corpus (wiki.txt); defines the vocabulary in every mode")
-    g.add_argument("--reading_params_path", default=None, help="params to load before training or evaluating")
-    g.add_argument("--finetune_corpus_path", default=None, help="question<TAB>place file to finetune on")
-    g.add_argument("--pretrain_lr", type=float, default=None, help="peak learning rate for pretraining (6e-3)")
-    g.add_argument("--finetune_lr", type=float, default=None, help="peak learning rate for finetuning (6e-4)")
-    g.add_argument("--bottleneck_dim", type=int, default=None,
-                   help="perceiver bottleneck length m (32; handout: 64; read from the params' sidecar)")  # fmt: skip
-
-    g = p.add_argument_group("outputs")
-    g.add_argument("question", nargs="?", default=None, help='ask only: e.g. "Where was Ada Lovelace born?"')
-    g.add_argument("--writing_params_path", default=None, help="where to save the trained params")
-    g.add_argument("--eval_corpus_path", default=None, help="questions (with or without places) to answer")
-    g.add_argument("--outputs_path", default=None, help="where to write one prediction per input line")
-    g.add_argument("--scores_path", default=None, help="evaluate: also write answer<TAB>logprob<TAB>mean_logprob")
-    g.add_argument(
-        "--ensemble_params", nargs="+", default=None, metavar="PARAMS",
-        help="evaluate: more finetuned params (any variant, read from their sidecars); each question takes "
-        "the answer its model is most confident of",
-    )  # fmt: skip
-    g.add_argument("--tb_expt_name", default="run", help="TensorBoard run name prefix (logs go to expt/<function>/)")
+def command_config(argv: list[str]) -> RunConfig:
+    """The resolved settings of a command line (a usage mistake exits 2, a bad value is a UserError)."""
+    typed = make_parser().parse_intermixed_args(argv)  # intermixed: ask's question may follow the flags
+    config = resolve(vars(typed))
+    check_args(config)
+    return config
 
 
-def add_training_flags(p: Parser) -> None:
-    """What is trained and how: a flag left unset (None) comes from the preset (config.apply_preset)."""
-    g = p.add_argument_group("training")
-    g.add_argument(
-        "--max_epochs", type=int, default=None, help="epochs (handout: 650 pretraining; 75 or 10 finetuning)"
-    )
-    g.add_argument("--batch_size", type=int, default=None, help="batch size (handout: pretrain 128, finetune 256)")
-    g.add_argument("--dropout", type=float, default=None, help="dropout of embeddings, attention and residuals (0.1)")
-    g.add_argument("--optimizer", choices=["adamw", "muon"], default=None,
-                   help="adamw (the handout's) or muon for the blocks' matrices (--preset cpu)")  # fmt: skip
-    g.add_argument("--seed", type=int, default=0, help="seed for init, data order, corruption and dropout")
-    g.add_argument("--n_layer", type=int, default=None, help="transformer blocks (4; perceiver: down + n_layer-2 + up)")
-    g.add_argument("--n_head", type=int, default=None, help="attention heads (8)")
-    g.add_argument("--n_embd", type=int, default=None, help="embedding width (256)")
-    g.add_argument(
-        "--recite", action="store_true",
-        help="finetune a recite reader: the --reading_params_path model recites each training person and the "
-        "reader learns to read the place from that (evaluate and ask then recite first: see README)",
-    )  # fmt: skip
-    g.add_argument("--recite_chars", type=int, default=None,
-                   help="with --recite: characters of recollection (100; the perceiver: bottleneck_dim - 16)")  # fmt: skip
-
-
-def add_recipe_and_run_flags(p: Parser) -> None:
-    """The recipe, the time budget and checkpoints, the device and the speed switches."""
-    g = p.add_argument_group("recipe")
-    g.add_argument("--preset", type=preset_name, default="handout",
-                   help="recipe for unset flags: handout (the course's, default) or cpu (README)")  # fmt: skip
-    g.add_argument(
-        "--doc_offset", type=int, default=None,
-        help="pretrain: start each example at a random position 0..N after another document's end (cpu: 14)",
-    )  # fmt: skip
-    # Research settings, set by the presets (bench/trainer_variant.py varies them): not in --help.
-    g.add_argument("--schedule", choices=["handout", "run"], default=None, help=argparse.SUPPRESS)
-    g.add_argument("--order", choices=ORDERS, default=None, help=argparse.SUPPRESS)
-    g.add_argument("--decay", choices=["matmul", "all_but_biases"], default=None, help=argparse.SUPPRESS)
-
-    g = p.add_argument_group("budget and checkpoints")
-    g.add_argument(
-        "--budget_minutes", type=float, default=None,
-        help="pretrain: stop after this many minutes of training; with --preset cpu the epochs are planned "
-        "after every epoch to fill it at the pace measured, the cosine ending with them (cpu: 60)",
-    )  # fmt: skip
-    g.add_argument("--max_steps", type=int, default=None, help="stop after this many optimizer steps")
-    g.add_argument("--resume", action="store_true", help="continue from <writing_params_path>.ckpt")
-    g.add_argument("--ckpt_every", type=int, default=100, help="optimizer steps between checkpoints (0: at the end)")
-    g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to run")
-
-    g = p.add_argument_group("speed")
-    g.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
-
-
-RUN_DEFINING_ARGS = tuple(
-    k for k in vars(make_parser().parse_args(["pretrain", "vanilla", "-"])) if k not in RESUME_MAY_CHANGE
-)
-
-
-def run(args: argparse.Namespace) -> None:
-    """Do what the parsed command line says (UserError for a mistake, TrainingInterrupted after a signal)."""
-    check_args(args)
+def run(args: RunConfig) -> None:
+    """Do what the resolved command says (UserError for a mistake, TrainingInterrupted after a signal)."""
     refuse_overwriting_inputs(args)
-    apply_preset(args)
     seed_everything(args.seed)
-    device, rank = init_distributed(args.device)
-    if rank != 0:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - under torchrun only rank 0 reports progress
+    device = pick_device(args.device)
     corpus_path = find_data_file(args.pretrain_corpus_path, "pretraining corpus")
     corpus = CharCorruptionDataset(
         read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path), max_offset=args.doc_offset
@@ -339,9 +269,8 @@ def run(args: argparse.Namespace) -> None:
     if args.question is not None:
         raise UserError(f"unexpected argument {args.question!r}: a question is only for ask")
     log_dir = tensorboard_folder(args)
-    writer = SummaryWriter(log_dir=str(log_dir)) if rank == 0 else NullWriter()
-    if rank == 0:
-        print(f"TensorBoard logs: {log_dir} (tensorboard --logdir expt)")
+    writer = SummaryWriter(log_dir=str(log_dir))
+    print(f"TensorBoard logs: {log_dir} (tensorboard --logdir expt)")
     try:
         if args.function == "evaluate":
             evaluate(args, corpus, model, device, writer)
@@ -355,11 +284,9 @@ def run(args: argparse.Namespace) -> None:
         raise
     finally:
         writer.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
-def tensorboard_folder(args: argparse.Namespace) -> Path:
+def tensorboard_folder(args: RunConfig) -> Path:
     """expt/<function>/<name>_<variant>_seed<seed>_<start time>: one folder per run, never shared."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path("expt") / args.function / f"{args.tb_expt_name}_{args.variant}_seed{args.seed}_{stamp}"
@@ -372,9 +299,8 @@ def tensorboard_folder(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
-    args = make_parser().parse_intermixed_args(argv)  # intermixed: ask's question may follow the flags
     try:
-        run(args)
+        run(command_config(sys.argv[1:] if argv is None else argv))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -36,30 +36,6 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def init_distributed(device_name: str = "auto") -> tuple[torch.device, int]:
-    """Join the torchrun process group if launched by torchrun; returns (device, rank).
-
-    gloo on CPU, nccl on GPU (each rank on cuda:LOCAL_RANK). A plain
-    `python src/run.py` is rank 0 of 1 and starts no process group.
-    """
-    device = pick_device(device_name)
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return device, 0
-    import torch.distributed as dist
-
-    if device.type == "cuda":
-        local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
-        if local_rank >= gpus:
-            raise UserError(
-                f"torchrun started process {local_rank} on this machine, which has {gpus} CUDA GPU(s): "
-                f"use --nproc_per_node={gpus}, or --device cpu"
-            )
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return device, dist.get_rank()
-
-
 def bf16_supported(device: torch.device) -> bool:
     """True where bf16 matmuls are native: recent CUDA GPUs, CPUs with AVX512-BF16/AMX."""
     if device.type == "cuda":
@@ -81,6 +57,26 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def rng_states() -> dict:
+    """The states of python's, numpy's and torch's generators (CPU and CUDA), as tensors and plain types."""
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_states(states: dict) -> None:
+    """Restore what rng_states returned (after a torch.load)."""
+    random.setstate((states["python"][0], tuple(states["python"][1]), states["python"][2]))
+    np.random.set_state((states["numpy"][0], states["numpy"][1].numpy().astype(np.uint32), *states["numpy"][2:]))
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 # ---------------------------------------------------------------------------
@@ -259,16 +255,8 @@ def find_data_file(name: str | None, what: str) -> Path | None:
 
 
 class ScalarWriter(Protocol):
-    """What the commands log to: a TensorBoard SummaryWriter, or NullWriter."""
+    """What the commands log to: a TensorBoard SummaryWriter."""
 
     def add_scalar(self, tag: str, value: float, step: int) -> None: ...
     def add_text(self, tag: str, text: str) -> None: ...
-    def close(self) -> None: ...
-
-
-class NullWriter:
-    """Stands in for SummaryWriter on ranks other than 0."""
-
-    def add_scalar(self, *args: object, **kwargs: object) -> None: ...
-    def add_text(self, *args: object, **kwargs: object) -> None: ...
     def close(self) -> None: ...

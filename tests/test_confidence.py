@@ -27,8 +27,10 @@ from confidence import (
     score_answers,
     scores_tsv,
 )
+from config import BLOCK_SIZE, build_model
 from dataset import MASK_CHAR, CharCorruptionDataset, Question, read_text
 from decode import predict
+from model import GPT
 
 CPU = torch.device("cpu")
 
@@ -166,13 +168,12 @@ def test_scores_file_keeps_one_line_per_answer_even_with_a_generated_newline(tmp
 # Scoring and beam search on a tiny (untrained, but sharpened) model
 
 
-def tiny_model(variant: str, corpus: Path) -> tuple[run.GPT, CharCorruptionDataset]:
+def tiny_model(variant: str, corpus: Path) -> tuple[GPT, CharCorruptionDataset]:
     """An untrained tiny model whose head is scaled up, so its greedy choices are far from ties."""
-    dataset = CharCorruptionDataset(read_text(corpus), run.BLOCK_SIZE)
-    args = run.make_parser().parse_args(["evaluate", variant, str(corpus), *TINY_MODEL, "--bottleneck_dim", "16"])
-    run.apply_preset(args)
+    dataset = CharCorruptionDataset(read_text(corpus), BLOCK_SIZE)
+    args = run.command_config(["evaluate", variant, str(corpus), *TINY_MODEL, "--bottleneck_dim", "16"])
     torch.manual_seed(0)
-    model = run.build_model(args, dataset.vocab_size)
+    model = build_model(args, dataset.vocab_size)
     with torch.no_grad():
         model.head.weight.mul_(100)
     return model.eval(), dataset

@@ -230,3 +230,31 @@ def test_cpu_info_reads_the_first_processors_fields(tmp_path):
     assert (info["cpu family"], info["model"], info["model name"]) == ("23", "1", "AMD EPYC")
     assert info["flags"].split() == ["fpu", "avx2"]
     assert cpu_info(tmp_path / "absent") == {}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_greedy_generate_equals_the_handouts_sampler_past_the_block(variant):
+    torch.manual_seed(0)
+    model = tiny(variant, bottleneck_dim=8)
+    with torch.no_grad():
+        model.head.weight.mul_(50)  # far from ties
+    idx = torch.randint(2, 20, (3, 5))
+    ours = model.generate(idx, 20)  # 25 tokens: the last 9 cropped to the block of 16
+    assert torch.equal(ours, sample(model, idx, 20))
+
+
+def test_generate_never_chooses_a_banned_token():
+    torch.manual_seed(0)
+    model = tiny()
+    idx = torch.randint(2, 20, (4, 3))
+    free = model.generate(idx, 10)[:, 3:]
+    banned = sorted(set(free.flatten().tolist()))[:3]
+    out = model.generate(idx, 10, banned=banned)[:, 3:]
+    assert not set(out.flatten().tolist()) & set(banned)
+
+
+def test_sampling_among_the_top_1_is_greedy():
+    torch.manual_seed(0)
+    model = tiny("rope")
+    idx = torch.randint(2, 20, (2, 4))
+    assert torch.equal(model.generate(idx, 8, temperature=0.7, do_sample=True, top_k=1), model.generate(idx, 8))

@@ -18,7 +18,7 @@ from bench.recite_errors import ERROR_KINDS, error_kind
 from confidence import beam_search
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, read_text
 from decode import predict
-from model import GPT, GPTConfig
+from model import GPT, VARIANTS, GPTConfig
 from utils import UserError
 
 CPU = torch.device("cpu")
@@ -125,7 +125,7 @@ def test_recitation_length_must_leave_room_for_the_answer_in_the_block():
 
 def test_the_perceiver_recites_only_what_its_bottleneck_reads():
     model = tiny_gpt(40, variant="perceiver", bottleneck_dim=64)
-    assert recite.default_recite_chars(model) == 48
+    assert recite.default_recite_chars("perceiver", 64) == 48
     recite.check_recite_chars(48, model, ["x" * 15])
     with pytest.raises(UserError, match="the perceiver's bottleneck, which reads only the first 64 characters"):
         recite.check_recite_chars(49, model, ["x" * 15])
@@ -171,7 +171,7 @@ def pretrain_and_read(corpus: Path, train_tsv: Path, variant: str = "vanilla", *
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("variant", run.VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_recite_runs_end_to_end_finetune_evaluate_and_ask(variant, tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
     assert pretrain_and_read(tiny_corpus, tiny_train_tsv, variant, "--recite_chars", 20) == 0
     side = json.loads(Path("reader.params.json").read_text(encoding="utf-8"))
