@@ -29,7 +29,7 @@ from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions,
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS
 from params import load_params, read_sidecar, sidecar_path, stored_sizes
-from utils import ScalarWriter, UserError, check_output_file, find_data_file, write_text_atomic
+from utils import ScalarWriter, UserError, check_output_file, find_data_file, write_json_atomic, write_text_atomic
 
 # How evaluate says a reader's answers were held to spans of its recitations (bench/ reads it in logs).
 COPYING_NOTE = "(the reader's ceiling); its answers are spans"
@@ -49,7 +49,9 @@ def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
 def evaluate(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
 ) -> None:
-    """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are given.
+    """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are
+    given. What evaluate found (accuracy, selective metrics, the recitations' ceiling, seconds) and the
+    resolved config go to the predictions' JSON sidecar, <outputs_path>.json.
 
     With --ensemble_params, every model answers and each question takes the answer
     its own model scored highest (mean log-probability per character).
@@ -57,19 +59,18 @@ def evaluate(
     for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
         if getattr(args, flag) is None:
             raise UserError(f"evaluate needs --{flag}")
-    check_output_file(args.outputs_path, "--outputs_path")
-    check_output_file(args.scores_path, "--scores_path")
+    for flag, output in (("--outputs_path", args.outputs_path), ("--scores_path", args.scores_path)):
+        check_output_file(output, flag)
+    check_output_file(sidecar_path(args.outputs_path), "--outputs_path's sidecar")
     path = find_data_file(args.eval_corpus_path, "eval corpus")
-    entries = read_questions(path, require_place=False)
-    vocab = corpus.vocab
+    entries, vocab = read_questions(path, require_place=False), corpus.vocab
     check_questions(entries, vocab, path)
     members = [(args.reading_params_path, model)]
     members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
     for params, member in members:
         load_params(member, vocab, params)
     questions = [q for q in entries if q is not None]
-    t0 = time.time()
-    texts = [q.text for q in questions]
+    t0, texts, found = time.time(), [q.text for q in questions], {}
     reader = reader_link(args.reading_params_path)
     if reader is not None:
         if args.ensemble_params:
@@ -78,30 +79,37 @@ def evaluate(
         share = recite.place_in_recitation(questions, texts)
         if not math.isnan(share):
             print(f"the gold place is in {share:.1%} of the recitations {COPYING_NOTE}")
-            writer.add_scalar("eval/place_in_recitation", share, 0)
+            found["place_in_recitation"] = share
     scores = answer_and_score(members, vocab, questions, texts, device, copy=reader is not None)
-    predictions = [s.answer for s in scores]
-    seconds = time.time() - t0
-    write_answers(args, entries, scores)
-    writer.add_scalar("eval/seconds", seconds, 0)
+    found["seconds"] = time.time() - t0
     if len(members) > 1:
-        print(f"ensemble of {len(members)} models, {seconds:.1f} s: each question takes the most confident answer")
+        print(
+            f"ensemble of {len(members)} models, {found['seconds']:.1f} s: each question takes the most confident answer"
+        )
+    predictions = [s.answer for s in scores]
     if report_accuracy("", questions, predictions):
-        summary = evaluation_summary(questions, predictions, scores)
-        print(format_summary(summary))
-        for key, value in summary.items():
-            if not math.isnan(value):  # nan: an empty group
-                writer.add_scalar(f"eval/{key}", value, 0)
-    else:
+        found |= evaluation_summary(questions, predictions, scores)
+        print(format_summary(found))
+    for key, value in found.items():
+        if not math.isnan(value):  # nan: an empty group
+            writer.add_scalar(f"eval/{key}", value, 0)
+    write_answers(args, entries, scores, found)
+    if "accuracy" not in found:
         print(f"Predictions written to {args.outputs_path}; no targets provided")
 
 
-def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore]) -> None:
-    """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path."""
+def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore], found: dict) -> None:
+    """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path;
+    `found` (what evaluate measured), the counts and the resolved config in the predictions' sidecar."""
     it = iter(s.answer for s in scores)
     write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
     if args.scores_path is not None:
         write_text_atomic(args.scores_path, scores_tsv(entries, scores))
+    questions = [q for q in entries if q is not None]
+    total, correct = score_places(questions, [s.answer for s in scores])
+    counts = {"questions": len(questions), "with_places": total, "correct": correct}
+    found = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in found.items()}  # JSON has no NaN
+    write_json_atomic(sidecar_path(args.outputs_path), {**counts, **found, "config": dataclasses.asdict(args)})
 
 
 def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:

@@ -132,16 +132,17 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
 
 def reader_dataset(
     corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device
-) -> NameDataset:
+) -> tuple[NameDataset, dict]:
     """finetune --recite: the training questions of `path` with the recitations (`chars` characters) of
-    `model`, which holds the pretrained params now and becomes the reader, in place of their text."""
+    `model`, which holds the pretrained params now and becomes the reader, in place of their text; and
+    what the reader's sidecar records of them (people, recitations kept, share holding the place, seconds)."""
     questions = [q for q in read_questions(path, require_place=True) if q is not None]
     check_recite_chars(chars, model, [q.place for q in questions])
     t0 = time.time()
     recitations = recite(model, corpus.vocab, questions, chars, device, str(path))
-    share = place_in_recitation(questions, recitations)
+    share, seconds = place_in_recitation(questions, recitations), time.time() - t0
     print(
-        f"recited {len(questions)} training people in {time.time() - t0:.1f} s ({chars} characters "
+        f"recited {len(questions)} training people in {seconds:.1f} s ({chars} characters "
         f"each); the place is in {share:.1%} of the recitations"
     )
     # A recitation without the place could only teach the reader to answer from memory, as the direct
@@ -150,5 +151,6 @@ def reader_dataset(
     kept = [(q, r) for q, r in zip(questions, recitations, strict=True) if q.place in r]
     print(f"the reader trains on the {len(kept)} recitations that hold their place" if kept else
           "no recitation holds its place (pretrain longer); the reader trains on them all")  # fmt: skip
+    record = {"people": len(questions), "kept": len(kept), "place_share": share, "seconds": round(seconds, 1)}
     kept = kept or list(zip(questions, recitations))
-    return NameDataset(corpus, reader_questions([q for q, _ in kept], [r for _, r in kept]))
+    return NameDataset(corpus, reader_questions([q for q, _ in kept], [r for _, r in kept])), record

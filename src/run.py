@@ -46,7 +46,7 @@ from config import (
 )
 from dataset import CharCorruptionDataset, NameDataset, read_text
 from model import GPT
-from params import load_params, save_params
+from params import load_params, save_params, sidecar_path
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     REPO_ROOT,
@@ -65,7 +65,8 @@ from utils import (
 
 
 def refuse_overwriting_inputs(args: RunConfig) -> None:
-    """No output of a command may be one of its inputs (where find_data_file reads them) or another output."""
+    """No output of a command, nor a file written beside one (its .json sidecar, a params' .ckpt), may be
+    one of its inputs (where find_data_file reads them, params with their sidecars) or another output."""
 
     def located(name: str | None) -> Path | None:
         if name is None:
@@ -73,16 +74,24 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
         path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
         return candidate if not path.exists() and path.parent == Path(".") and candidate.is_file() else path
 
+    params = {"--reading_params_path": args.reading_params_path}
+    params |= {f"--ensemble_params {p}": p for p in args.ensemble_params or []}
     inputs = {
         "the pretraining corpus": located(args.pretrain_corpus_path),
-        "--reading_params_path": args.reading_params_path,
         "--finetune_corpus_path": located(args.finetune_corpus_path),
         "--eval_corpus_path": located(args.eval_corpus_path),
-        **{f"--ensemble_params {p}": p for p in args.ensemble_params or []},
+        **params,
+        **{f"{flag}'s sidecar": sidecar_path(p) for flag, p in params.items() if p is not None},
     }
-    outputs = {
-        flag: getattr(args, flag.lstrip("-")) for flag in ("--writing_params_path", "--outputs_path", "--scores_path")
-    }
+    written, outputs = (
+        args.writing_params_path,
+        {"--outputs_path": args.outputs_path, "--scores_path": args.scores_path},
+    )
+    if written is not None:
+        outputs |= {"--writing_params_path": written, "--writing_params_path's sidecar": sidecar_path(written)}
+        outputs["--writing_params_path's checkpoint"] = f"{written}.ckpt"
+    if args.outputs_path is not None:
+        outputs["--outputs_path's sidecar"] = sidecar_path(args.outputs_path)
     refuse_same_file(outputs, inputs)
 
 
@@ -169,8 +178,9 @@ def training_data(
     path = find_data_file(args.finetune_corpus_path, "finetune corpus")
     if not args.recite:
         return NameDataset(corpus, path), {}
-    dataset = recite.reader_dataset(corpus, model, path, args.recite_chars, device)
-    return dataset, recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
+    dataset, recitations = recite.reader_dataset(corpus, model, path, args.recite_chars, device)
+    link = recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
+    return dataset, {**link, "recitations": recitations}
 
 
 def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:

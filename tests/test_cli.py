@@ -414,6 +414,34 @@ def test_finetune_refuses_to_write_over_the_pretrained_params_it_reads(tiny_corp
     assert Path("pt.params").read_bytes() == before
 
 
+def test_evaluate_refuses_predictions_onto_the_sidecar_of_the_params_it_reads(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+):
+    finetune("vanilla", tiny_corpus, tiny_train_tsv)
+    before = Path("ft.params.json").read_bytes()
+    capsys.readouterr()
+    assert evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "ft.params.json") == 2
+    one_line_error(capsys, "--outputs_path ft.params.json is the same file as --reading_params_path's sidecar")
+    assert Path("ft.params.json").read_bytes() == before
+
+
+def test_finetune_refuses_params_onto_the_sidecar_of_the_params_it_reads(tiny_corpus, tiny_train_tsv, capsys):
+    assert pretrain("vanilla", tiny_corpus) == 0
+    before = Path("pt.params.json").read_bytes()
+    capsys.readouterr()
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, out="pt.params.json", reading="pt.params") == 2
+    one_line_error(capsys, "--writing_params_path pt.params.json is the same file as --reading_params_path's sidecar")
+    assert Path("pt.params.json").read_bytes() == before
+
+
+def test_finetune_refuses_a_params_name_whose_sidecar_is_its_question_file(tiny_corpus, tiny_train_tsv, capsys):
+    questions = Path("ft.json")
+    questions.write_bytes(tiny_train_tsv.read_bytes())
+    assert finetune("vanilla", tiny_corpus, questions, out="ft") == 2
+    one_line_error(capsys, "--writing_params_path's sidecar ft.json is the same file as --finetune_corpus_path")
+    assert questions.read_bytes() == tiny_train_tsv.read_bytes()
+
+
 def test_pretrain_refuses_to_write_params_over_its_corpus(tiny_corpus, capsys):
     before = tiny_corpus.read_text()
     assert pretrain("vanilla", tiny_corpus, str(tiny_corpus)) == 2

@@ -28,7 +28,7 @@ from confidence import (
     scores_tsv,
 )
 from config import BLOCK_SIZE, build_model
-from dataset import MASK_CHAR, CharCorruptionDataset, Question, read_text
+from dataset import MASK_CHAR, CharCorruptionDataset, Question, read_questions, read_text
 from decode import predict
 from model import GPT
 
@@ -459,3 +459,15 @@ def test_agreement_refuses_a_predictions_file_of_the_wrong_length_in_one_line(ti
     short.write_text("London\n", encoding="utf-8")
     assert agreement.main([f"a={short}", "--gold", str(tiny_dev_tsv)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_evaluate_records_what_it_found_in_the_predictions_sidecar(tiny_corpus, tiny_dev_tsv):
+    params = save_tiny_params("vanilla", tiny_corpus)
+    assert evaluate(tiny_corpus, params, tiny_dev_tsv) == 0
+    predictions = [line for line in Path("out.predictions").read_text(encoding="utf-8").splitlines()]
+    gold = [q.place for q in read_questions(tiny_dev_tsv, require_place=True) if q is not None]
+    side = json.loads(Path("out.predictions.json").read_text(encoding="utf-8"))
+    assert side["correct"] == sum(p == g for p, g in zip(predictions, gold, strict=True))
+    assert side["accuracy"] == side["correct"] / side["with_places"] and side["with_places"] == len(gold)
+    assert side["config"]["reading_params_path"] == params and side["seconds"] > 0
+    assert "place_in_recitation" not in side  # a direct model recites nothing

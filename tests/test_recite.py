@@ -95,7 +95,7 @@ def reader_texts(tiny_corpus, tiny_train_tsv, monkeypatch, recitations: list[str
     """The texts the reader trains on when the pretrained model recites `recitations` (one per person)."""
     monkeypatch.setattr(recite, "recite", lambda model, vocab, questions, *rest: recitations[: len(questions)])
     corpus = CharCorruptionDataset(read_text(tiny_corpus), 128)
-    dataset = recite.reader_dataset(corpus, tiny_gpt(len(corpus.vocab)), tiny_train_tsv, 40, CPU)
+    dataset, _ = recite.reader_dataset(corpus, tiny_gpt(len(corpus.vocab)), tiny_train_tsv, 40, CPU)
     return [q.text for q in dataset.data]
 
 
@@ -103,6 +103,15 @@ def test_the_reader_trains_only_on_recitations_that_hold_their_place(tiny_corpus
     recitations = [f"{name}. born in {place}" if i % 2 else f"{name}. born" for i, (name, place) in enumerate(PEOPLE)]
     texts = reader_texts(tiny_corpus, tiny_train_tsv, monkeypatch, recitations)
     assert texts == recitations[1::2]
+
+
+def test_the_readers_sidecar_records_how_many_recitations_it_kept(tiny_corpus, tiny_train_tsv, monkeypatch):
+    recitations = [f"{name}. born in {place}" if i % 2 else f"{name}. born" for i, (name, place) in enumerate(PEOPLE)]
+    monkeypatch.setattr(recite, "recite", lambda model, vocab, questions, *rest: recitations[: len(questions)])
+    corpus = CharCorruptionDataset(read_text(tiny_corpus), 128)
+    _, record = recite.reader_dataset(corpus, tiny_gpt(len(corpus.vocab)), tiny_train_tsv, 40, CPU)
+    assert (record["people"], record["kept"]) == (len(PEOPLE), len(PEOPLE) // 2)
+    assert record["place_share"] == pytest.approx((len(PEOPLE) // 2) / len(PEOPLE))
 
 
 def test_a_reader_whose_recitations_hold_no_place_trains_on_them_all(tiny_corpus, tiny_train_tsv, monkeypatch):
