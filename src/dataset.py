@@ -90,9 +90,9 @@ class CharCorruptionDataset(Dataset):
         room = block_size - max_truncated_len(block_size) - 2  # characters free before the longest example
         if not 0 <= max_offset <= room:
             raise UserError(f"the document offset must be between 0 and {room}")
-        # 0 = the handout: every example starts at position 0. The CPU recipe starts each at a
-        # random position 0..max_offset, after the end of another random document, so that a name
-        # is not only ever read at the start of the block (see bench/RESEARCH.md).
+        # 0 = the handout (and both presets): every example starts at position 0. --doc_offset N
+        # starts each at a random position 0..N, after the end of another random document, so that
+        # a name is not only ever read at the start of the block (see bench/RESEARCH.md).
         self.max_offset = max_offset
         self.vocab = Vocabulary.from_text(data)
         self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
@@ -153,15 +153,15 @@ class CharCorruptionDataset(Dataset):
         return ids, (L + 2 + offset)[:, 0]
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop_multiple: int = 8
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of (x, y) batches, every document once (see ORDERS for `order`).
 
-        Each batch is cropped to its longest example: PAD targets are ignored
-        by the loss, so this changes no loss, only the work done.
+        Each batch is cropped to its longest example, rounded up to a multiple of `crop_multiple`:
+        PAD targets are ignored by the loss, so this changes no loss, only the work done.
         """
         ids, real_len = self.corrupted_ids(example_order(len(self), rng, order), rng)
-        yield from _batches(ids, real_len, batch_size, rng, order == "bucketed")
+        yield from _batches(ids, real_len, batch_size, rng, order == "bucketed", multiple=crop_multiple)
 
 
 # ---------------------------------------------------------------------------
@@ -280,8 +280,6 @@ class NameDataset(Dataset):
         return self.ids[order], self.real_len[order], target_mask
 
 
-CROP_MULTIPLE = 8  # batches are cropped to a multiple of this many positions (see _batches)
-
 # How an epoch's examples are ordered into batches:
 #   "bucketed": shuffled, then grouped by length (the default: least padding);
 #   "shuffled": random batches;
@@ -304,6 +302,7 @@ def _batches(
     rng: np.random.Generator,
     bucket: bool,
     target_mask: np.ndarray | None = None,
+    multiple: int = 8,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Split (N, block_size) example ids into shifted (x, y) batches, optionally length-bucketed and cropped.
 
@@ -322,9 +321,9 @@ def _batches(
     for s in starts:
         idx = order[s : s + batch_size]
         # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
-        # Rounded up to a multiple of CROP_MULTIPLE: 16 tensor shapes instead of ~110 keep the CPU
-        # allocator from fragmenting: without it memory grew every step and steps slowed (bench/RESEARCH.md).
-        width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // CROP_MULTIPLE) * CROP_MULTIPLE)
+        # Rounded up to a multiple of 8: 16 tensor shapes instead of ~110 keep the CPU allocator
+        # from fragmenting: without it memory grew every step and steps slowed (bench/RESEARCH.md).
+        width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // multiple) * multiple)
         x = torch.from_numpy(ids[idx, :width])
         y = torch.from_numpy(targets[idx, 1 : width + 1])
         yield x, y

@@ -10,7 +10,6 @@ import torch
 from conftest import PEOPLE, real_data
 
 from dataset import (
-    CROP_MULTIPLE,
     MASK_CHAR,
     PAD_CHAR,
     CharCorruptionDataset,
@@ -115,7 +114,7 @@ def test_bucketed_epoch_visits_every_document_once_and_crops_only_padding():
     for x, y in batches:
         assert x.shape == y.shape
         longest = int((y != 0).sum(1).max())  # real targets of the longest example (PAD only after them)
-        assert x.size(1) == min(BLOCK - 1, -(-longest // CROP_MULTIPLE) * CROP_MULTIPLE)
+        assert x.size(1) == min(BLOCK - 1, -(-longest // 8) * 8)
 
 
 def uncorrupts_after_some_offset(text: str, document: str, corpus: list[str], max_offset: int) -> bool:
