@@ -48,6 +48,7 @@ class Pace:
         self.cold: list[tuple[float, int]] = []  # ... and of the others but the first step
         self.estimated = False
         self.replans = 0  # plan changes printed ("the pace changed")
+        self.cut_off = False  # the budget stopped the run before its schedule ended
         self.steps, self.positions = 0, 0  # steps this process trained, and their positions
         self.threads: ThreadChooser | None = None  # attach() sets it for a planned run on several CPU threads
 
@@ -55,6 +56,7 @@ class Pace:
         self.asked_epochs, self.config = trainer.config.max_epochs, trainer.config
         trainer.add_callback("on_batch_end", self.on_batch_end)
         trainer.add_callback("on_epoch_end", self.on_epoch_end)
+        trainer.add_callback("on_train_end", self.on_train_end)
         trainer.saved["pace"] = self
         return self
 
@@ -71,6 +73,7 @@ class Pace:
     def on_batch_end(self, trainer: Trainer) -> None:
         cfg, spent = trainer.config, self.budget_seconds is not None and trainer.seconds >= self.budget_seconds
         planned_done = self.fitted and cfg.lr_decay and trainer.tokens >= cfg.final_tokens  # maybe inside an epoch
+        self.cut_off = spent and not planned_done
         trainer.stop = trainer.stop or spent or planned_done
         if not self.reported:
             self.early_estimate(trainer)
@@ -111,6 +114,14 @@ class Pace:
         elif plan:
             tqdm.write(plan)
         self.reported = True
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        if self.cut_off:
+            where = f"in epoch {trainer.epoch + 1}" if trainer.batch_in_epoch else f"after epoch {trainer.epoch}"
+            tqdm.write(
+                f"the {self.budget_seconds / 60:g}-minute budget was spent at step {trainer.step}, {where} of "
+                f"{trainer.config.max_epochs}; the learning-rate schedule was cut off there"
+            )
 
     def fit_to_budget(self, trainer: Trainer, epoch_seconds: float) -> str | None:
         """Plan the rest of the run at `epoch_seconds` per epoch: as many steps as FIT_SHARE of the budget

@@ -149,17 +149,11 @@ def train(
         model, corpus.vocab, args.writing_params_path, {"config": asdict(args), **run_record(trainer, pace), **extra}
     )
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
-          end_of_run(args, trainer, budget_seconds, ckpt_path))  # fmt: skip
+          end_of_run(trainer, ckpt_path))  # fmt: skip
 
 
-def end_of_run(args: RunConfig, trainer: Trainer, budget_seconds: float | None, ckpt_path: Path) -> str:
-    """Remove the checkpoint of a finished run; returns what the last line adds about how the run ended."""
-    if budget_seconds is not None and trainer.seconds >= budget_seconds:
-        print(
-            f"--budget_minutes {args.budget_minutes:g} spent at step {trainer.step}, "
-            + (f"in epoch {trainer.epoch + 1}" if trainer.batch_in_epoch else f"after epoch {trainer.epoch}")
-            + f" of {trainer.config.max_epochs}; the learning-rate schedule was cut off there"
-        )
+def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
+    """Remove the checkpoint of a finished run; returns what the last line adds about a resumable one."""
     if not trainer.stop and trainer.epoch < trainer.config.max_epochs and ckpt_path.is_file():  # --max_steps
         return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
     ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume

@@ -12,6 +12,7 @@ import torch
 from test_trainer import tiny_people_dataset
 
 import budget
+import run
 from budget import TRY_EVERY, TRY_EVERY_MAX, ThreadChooser
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, lr_multiplier
@@ -254,3 +255,34 @@ def test_the_first_estimate_leaves_out_the_first_step_of_each_batch_shape(capsys
         pace.early_estimate(trainer)
     out = capsys.readouterr().out  # 1 ms per position, 10,000 positions in 7 steps: 143 s for 100 steps
     assert out == "a first guess from 5 steps after set-up: about 143 s per epoch, 5 min for 2 epochs\n"
+
+
+def test_a_run_that_ends_on_its_plan_inside_an_epoch_removes_its_checkpoint(tmp_path):
+    ckpt = tmp_path / "pt.params.ckpt"
+    trainer = budget_trainer(budget_seconds=450, fit=True, max_epochs=10, ckpt_path=str(ckpt))
+    trainer.train()
+    assert trainer.batch_in_epoch == 3 and ckpt.is_file()  # the plan ended inside epoch 9
+    assert run.end_of_run(trainer, ckpt) == ""
+    assert not ckpt.exists()
+
+
+def test_a_max_steps_stop_keeps_its_checkpoint_and_names_it(tmp_path):
+    ckpt = tmp_path / "pt.params.ckpt"
+    trainer = budget_trainer(budget_seconds=None, max_steps=7, ckpt_path=str(ckpt))
+    trainer.train()
+    line = run.end_of_run(trainer, ckpt)
+    assert line.startswith(f"; kept {ckpt} (") and line.endswith("MB) for --resume") and ckpt.is_file()
+
+
+def test_a_planned_run_that_ends_annealed_as_its_budget_runs_out_does_not_say_it_was_cut_off(capsys):
+    trainer = budget_trainer(budget_seconds=65, fit=True)  # 63.05 s hold 6 steps at 10 s
+    trainer.clock = paced_clock([10.0] * 5 + [20.0])  # the 6th step takes 20 s: the budget runs out with it
+    lrs = recorded_lrs(trainer)
+    trainer.train()
+    assert trainer.step == 6 and trainer.seconds == 70 and lrs[-1] == pytest.approx(1e-3)
+    assert "cut off" not in capsys.readouterr().out
+
+
+def test_a_budget_that_stops_an_unplanned_schedule_says_it_was_cut_off(capsys):
+    budget_trainer(budget_seconds=45).train()
+    assert "the 0.75-minute budget was spent at step 5, after epoch 1 of 3" in capsys.readouterr().out

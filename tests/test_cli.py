@@ -169,7 +169,7 @@ def test_a_run_within_its_time_budget_records_its_training_time(tiny_corpus):
 
 def test_a_run_that_spends_its_budget_says_where_it_stopped(tiny_corpus, capsys):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 50, "--budget_minutes", "0.0001") == 0
-    assert "--budget_minutes 0.0001 spent at step 1, after epoch 1 of 650" in capsys.readouterr().out  # one batch
+    assert "the 0.0001-minute budget was spent at step 1, after epoch 1 of 650" in capsys.readouterr().out  # one batch
 
 
 def test_a_time_budget_that_is_not_positive_is_a_one_line_error(tiny_corpus, capsys):
