@@ -71,15 +71,17 @@ def preset_name(name: str) -> str:
     return name
 
 
-def flag(default: Any, help: str | None, group: str, **argparse_options: Any) -> Any:
-    """A RunConfig field that is also run.py's flag --<field> (positional=True: an argument): its default,
-    its --help line (None: hidden) and group, and argparse's options (type, choices, nargs, action)."""
-    return field(default=default, metadata={"help": help, "group": group, **argparse_options})
+def flag(default: Any, help: str | None, group: str, commands: tuple[str, ...] = FUNCTIONS, **options: Any) -> Any:
+    """A RunConfig field that is also a flag --<field> (positional=True: an argument) of the run.py `commands`
+    that use it (another command refuses it): its default, its --help line (None: hidden) and group, and
+    argparse's options (type, choices, nargs, action)."""
+    return field(default=default, metadata={"help": help, "group": group, "commands": commands, **options})
 
 
 HANDOUT, OUTPUTS, TRAINING, RECIPE, RUN, SPEED = (
     "the handout's", "outputs", "training", "recipe", "budget and checkpoints", "speed"
 )  # fmt: skip
+TRAIN, PRETRAIN, FINETUNE, EVALUATE = ("pretrain", "finetune"), ("pretrain",), ("finetune",), ("evaluate",)
 
 
 @dataclass
@@ -88,59 +90,63 @@ class RunConfig:
     from the command line to the params' sidecar and the checkpoint, which store it whole; the defaults
     here are the only ones (what neither the user, the read params' sidecar nor the preset sets)."""
 
-    function: str = flag("", "what to do", HANDOUT, positional=True, choices=FUNCTIONS)
+    function: str = flag("", "what to do", HANDOUT, commands=())  # the command word, run.py's first argument
     variant: str = flag("", "vanilla, perceiver (2023 handout) or rope (2024 handout)", HANDOUT,
                         positional=True, choices=VARIANTS)  # fmt: skip
-    pretrain_corpus_path: str = flag("", "pretraining corpus (wiki.txt); defines the vocabulary in every mode",
+    pretrain_corpus_path: str = flag("", "pretraining corpus (wiki.txt); defines the vocabulary in every command",
                                      HANDOUT, positional=True)  # fmt: skip
     reading_params_path: str | None = flag(None, "params to load before training or evaluating", HANDOUT)
-    finetune_corpus_path: str | None = flag(None, "question<TAB>place file to finetune on", HANDOUT)
-    pretrain_lr: float = flag(6e-3, "peak learning rate for pretraining (6e-3; cpu: 1e-3)", HANDOUT, type=float)
-    finetune_lr: float = flag(6e-4, "peak learning rate for finetuning (6e-4; cpu, pretrained: 1e-4)", HANDOUT,
+    finetune_corpus_path: str | None = flag(None, "question<TAB>place file to finetune on", HANDOUT, FINETUNE)
+    pretrain_lr: float = flag(6e-3, "peak learning rate (6e-3; cpu: 1e-3)", HANDOUT, PRETRAIN, type=float)
+    finetune_lr: float = flag(6e-4, "peak learning rate (6e-4; cpu, pretrained: 1e-4)", HANDOUT, FINETUNE,
                               type=float)  # fmt: skip
     bottleneck_dim: int = flag(32, "perceiver bottleneck length m (32; the 2023 handout's figures used 64; "
                                "read from the params' sidecar)", HANDOUT, type=int)  # fmt: skip
-    question: str | None = flag(None, 'ask only: e.g. "Where was Ada Lovelace born?"', OUTPUTS,
+    question: str | None = flag(None, 'e.g. "Where was Ada Lovelace born?"', OUTPUTS, ("ask",),
                                 positional=True, nargs="?")  # fmt: skip
-    writing_params_path: str | None = flag(None, "where to save the trained params", OUTPUTS)
-    eval_corpus_path: str | None = flag(None, "questions (with or without places) to answer", OUTPUTS)
-    outputs_path: str | None = flag(None, "where to write one prediction per input line", OUTPUTS)
-    scores_path: str | None = flag(None, "evaluate: also write answer<TAB>logprob<TAB>mean_logprob", OUTPUTS)
+    writing_params_path: str | None = flag(None, "where to save the trained params", OUTPUTS, TRAIN)
+    eval_corpus_path: str | None = flag(None, "questions (with or without places) to answer", OUTPUTS, EVALUATE)
+    outputs_path: str | None = flag(None, "where to write one prediction per input line", OUTPUTS, EVALUATE)
+    scores_path: str | None = flag(None, "also write answer<TAB>logprob<TAB>mean_logprob", OUTPUTS, EVALUATE)
     ensemble_params: list[str] | None = flag(
-        None, "evaluate: more finetuned params (any variant, read from their sidecars); each question takes the "
-        "answer its model is most confident of", OUTPUTS, nargs="+", metavar="PARAMS", action="extend")  # fmt: skip
-    tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<function>/)", OUTPUTS)
+        None, "more finetuned params (any variant, read from their sidecars); each question takes the answer "
+        "its model is most confident of", OUTPUTS, EVALUATE, nargs="+", metavar="PARAMS", action="extend")  # fmt: skip
+    tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<command>/)", OUTPUTS,
+                             ("pretrain", "finetune", "evaluate"))  # fmt: skip
     max_epochs: int = flag(0, "epochs (handout: 650 pretraining, 75 or 10 finetuning; cpu: at most 150, 5)",
-                           TRAINING, type=int)  # fmt: skip
-    batch_size: int = flag(0, "batch size (handout: pretrain 128, finetune 256; cpu: pretrain 32)", TRAINING, type=int)
-    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals (0.1; cpu: 0)", TRAINING, type=float)
+                           TRAINING, TRAIN, type=int)  # fmt: skip
+    batch_size: int = flag(0, "batch size (handout: pretrain 128, finetune 256; cpu: pretrain 32)", TRAINING,
+                           TRAIN, type=int)  # fmt: skip
+    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals (0.1; cpu: 0)", TRAINING, TRAIN,
+                          type=float)  # fmt: skip
     optimizer: str = flag("adamw", "adamw (the handout's) or muon for the blocks' matrices (cpu pretraining)",
-                          TRAINING, choices=["adamw", "muon"])  # fmt: skip
+                          TRAINING, TRAIN, choices=["adamw", "muon"])  # fmt: skip
     seed: int = flag(0, "seed for init, data order, corruption and dropout (0)", TRAINING, type=int)
     n_layer: int = flag(4, "transformer blocks (4; perceiver: down + n_layer-2 + up)", TRAINING, type=int)
     n_head: int = flag(8, "attention heads (8)", TRAINING, type=int)
     n_embd: int = flag(256, "embedding width (256)", TRAINING, type=int)
     recite: bool = flag(False, "finetune a recite reader: the --reading_params_path model recites each training "
                         "person and the reader learns to read the place from that (evaluate and ask then recite "
-                        "first: see README)", TRAINING, action="store_true")  # fmt: skip
+                        "first: see README)", TRAINING, FINETUNE, action="store_true")  # fmt: skip
     recite_chars: int | None = flag(None, "with --recite: characters of recollection (100; the perceiver: "
-                                    "bottleneck_dim - 16)", TRAINING, type=int)  # fmt: skip
+                                    "bottleneck_dim - 16)", TRAINING, FINETUNE, type=int)  # fmt: skip
     preset: str = flag("handout", "recipe for unset flags: handout (the course's, default) or cpu (README)", RECIPE,
                        type=preset_name)  # fmt: skip
-    doc_offset: int = flag(0, "pretrain: start each example at a random position 0..N after another document's "
-                           "end (0)", RECIPE, type=int)  # fmt: skip
-    # Research settings that the presets set (bench/trainer_variant.py varies them): not in --help.
-    schedule: str = flag("handout", None, RECIPE, choices=["handout", "run"])
-    order: str = flag("bucketed", None, RECIPE, choices=ORDERS)
-    decay: str = flag("matmul", None, RECIPE, choices=["matmul", "all_but_biases"])
-    budget_minutes: float | None = flag(None, "pretrain: stop after this many minutes of training; with --preset "
-                                        "cpu the epochs are planned after every epoch to fill it at the pace "
-                                        "measured, the cosine ending with them (cpu: 60)", RUN, type=float)  # fmt: skip
-    max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, type=int)
-    resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, action="store_true")
-    ckpt_every: int = flag(100, "optimizer steps between checkpoints (100; 0: at the end)", RUN, type=int)
+    doc_offset: int = flag(0, "start each example at a random position 0..N after another document's end (0)",
+                           RECIPE, PRETRAIN, type=int)  # fmt: skip
+    # Research settings that the presets set: not in --help.
+    schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
+    order: str = flag("bucketed", None, RECIPE, TRAIN, choices=ORDERS)
+    decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
+    budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu the "
+                                        "epochs are planned after every epoch to fill it at the pace measured, "
+                                        "the cosine ending with them (cpu: 60)", RUN, PRETRAIN, type=float)  # fmt: skip
+    max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, TRAIN, type=int)
+    resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, TRAIN, action="store_true")
+    ckpt_every: int = flag(100, "optimizer steps between checkpoints (100; 0: at the end)", RUN, TRAIN, type=int)
     device: str = flag("auto", "where to run (auto: cuda if there is one)", RUN, choices=["auto", "cpu", "cuda"])
-    fp32: bool = flag(False, "train in fp32 even where bf16 autocast is available", SPEED, action="store_true")
+    fp32: bool = flag(False, "train in fp32 even where bf16 autocast is available (all commands take it, so "
+                      "that run.sh's EXTRA_FLAGS may)", SPEED, action="store_true")  # fmt: skip
 
 
 # What a resumed run may change: where its outputs go, its budget, checkpoints and device. Every
@@ -285,13 +291,7 @@ def check_args(args: RunConfig) -> None:
     name = args.tb_expt_name
     if not name or name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name):
         raise UserError(f"--tb_expt_name must be a plain name (no folders, not '.' or '..'), got {name!r}")
-    if args.doc_offset and args.function != "pretrain":
-        raise UserError("--doc_offset is for pretrain only")
-    if args.budget_minutes is not None and args.function != "pretrain":
-        raise UserError("--budget_minutes is for pretrain only")
-    if args.recite and (args.function != "finetune" or args.reading_params_path is None):
-        raise UserError("--recite is for finetune, and recites with the pretrained --reading_params_path")
+    if args.recite and args.reading_params_path is None:
+        raise UserError("--recite recites with the pretrained --reading_params_path; give it")
     if args.recite_chars is not None and not args.recite:
         raise UserError("--recite_chars is for finetune --recite")
-    if args.ensemble_params and args.function != "evaluate":
-        raise UserError("--ensemble_params is for evaluate only")

@@ -36,6 +36,7 @@ import recite
 from answers import ask, evaluate
 from config import (
     BLOCK_SIZE,
+    FUNCTIONS,
     RESUME_MAY_CHANGE,
     RunConfig,
     build_model,
@@ -227,20 +228,41 @@ def run_record(trainer: Trainer, pace: budget.Pace) -> dict:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line and exit code 2."""
+    """argparse, but a usage mistake is one line and exit code 2, naming the commands of a misplaced flag."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        uses = {f"--{f.name}": f.metadata["commands"] for f in dataclasses.fields(RunConfig)}
+        extra = message.removeprefix("unrecognized arguments: ") if "unrecognized" in message else ""
+        misplaced = [f"{w} is for {' and '.join(uses[w])}" for w in extra.split() if uses.get(w)]
+        if misplaced:
+            message = f"{', '.join(misplaced)}, not {self.prog.removeprefix('run.py ')}"
+        elif extra and not extra.startswith("-"):
+            message = f"unexpected argument {extra!r}: a question is only for ask"
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def make_parser() -> Parser:
-    """The command line: one flag per RunConfig field, in its help group; every default is None, so that
-    config.resolve knows what was typed."""
-    p = Parser(prog="run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+COMMANDS_HELP = """commands (run.py COMMAND --help lists a command's flags):
+  pretrain    span-corruption pretraining on the corpus
+  finetune    finetune on question<TAB>place lines (--recite: a recite reader)
+  evaluate    answer an eval corpus, one prediction per line, and score it
+  ask         answer one question, with its confidence and the beam's top 3"""
+
+
+def make_parser(command: str | None = None) -> Parser:
+    """run.py COMMAND's parser: the RunConfig fields that `command` uses, in their help groups, every
+    default None so that config.resolve knows what was typed. Without a command: the overview."""
+    if command is None:
+        p = Parser(prog="run.py", description=__doc__, epilog=COMMANDS_HELP,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        p.add_argument("command", choices=FUNCTIONS, help="what to do (see below)")
+        return p
+    p = Parser(prog=f"run.py {command}", description=COMMANDS_HELP.splitlines()[FUNCTIONS.index(command) + 1].strip())
     groups: dict = {}
     for f in dataclasses.fields(RunConfig):
         options = dict(f.metadata)
-        group = options.pop("group")
+        group, commands = options.pop("group"), options.pop("commands")
+        if command not in commands:
+            continue
         g = groups.get(group) or groups.setdefault(group, p.add_argument_group(group))
         options["help"] = options["help"] or argparse.SUPPRESS
         if options.pop("positional", False):
@@ -252,8 +274,10 @@ def make_parser() -> Parser:
 
 def command_config(argv: list[str]) -> RunConfig:
     """The resolved settings of a command line (a usage mistake exits 2, a bad value is a UserError)."""
-    typed = make_parser().parse_intermixed_args(argv)  # intermixed: ask's question may follow the flags
-    config = resolve(vars(typed))
+    if not argv or argv[0] not in FUNCTIONS:
+        make_parser().parse_args(argv[:1])  # the overview's --help, or its one-line error
+    typed = make_parser(argv[0]).parse_intermixed_args(argv[1:])  # intermixed: ask's question may follow flags
+    config = resolve({"function": argv[0], **vars(typed)})
     check_args(config)
     return config
 
@@ -270,8 +294,6 @@ def run(args: RunConfig) -> None:
     model = build_model(args, corpus.vocab_size)
     if args.function == "ask":
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run
-    if args.question is not None:
-        raise UserError(f"unexpected argument {args.question!r}: a question is only for ask")
     log_dir = tensorboard_folder(args)
     writer = SummaryWriter(log_dir=str(log_dir))
     print(f"TensorBoard logs: {log_dir} (tensorboard --logdir expt)")
@@ -304,7 +326,14 @@ def tensorboard_folder(args: RunConfig) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
     try:
-        run(command_config(sys.argv[1:] if argv is None else argv))
+        config = command_config(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
+        return int(e.code or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        run(config)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

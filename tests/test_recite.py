@@ -212,7 +212,7 @@ def test_recite_without_reading_params_is_one_line_and_exit_2(tiny_corpus, tiny_
                "--finetune_corpus_path", tiny_train_tsv, "--recite", *TINY_MODEL)  # fmt: skip
     assert code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--recite is for finetune, and recites with the pretrained" in err
+    assert err.count("\n") == 1 and "--recite recites with the pretrained --reading_params_path" in err
 
 
 def test_a_recitation_length_without_room_is_one_line_and_exit_2(tiny_corpus, tiny_train_tsv, capsys):
