@@ -35,19 +35,19 @@ def worker(steps: int, multiple: int) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT / "src"))
-    import dataset
+    from dataset import CharCorruptionDataset, read_text
     from model import GPT, GPTConfig
-    from trainer import TrainerConfig, make_optimizer
+    from optim import make_optimizer
+    from trainer import TrainerConfig
     from utils import autocast
 
-    dataset.CROP_MULTIPLE = multiple
-    ds = dataset.CharCorruptionDataset(dataset.read_text(ROOT / "data" / "wiki.txt"), 128)
+    ds = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), 128)
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0))
     optimizer = make_optimizer(model, TrainerConfig(learning_rate=2e-3))
     cpu, step, epoch, last = torch.device("cpu"), 0, 0, time.time()
     while step < steps:
-        for x, y in ds.epoch_batches(128, np.random.default_rng(epoch)):
+        for x, y in ds.epoch_batches(128, np.random.default_rng(epoch), crop_multiple=multiple):
             with autocast(cpu, True):
                 _, loss = model(x, y)
             model.zero_grad(set_to_none=True)

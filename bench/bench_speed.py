@@ -47,7 +47,7 @@ from research import cpu_name  # noqa: E402
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
 from decode import continue_text, predict  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from optim import make_optimizer  # noqa: E402
+from optim import Muon, MuonAdamW, make_optimizer  # noqa: E402
 from recite import recitation_prompt  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import write_json_atomic  # noqa: E402
@@ -213,6 +213,17 @@ def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
     return {"variant": variant, "epochs": epochs, "examples": len(names), "seconds": time.perf_counter() - t0}
 
 
+def iterated_muon(fast: MuonAdamW) -> MuonAdamW:
+    """The fast path's Muon and AdamW (optim.make_optimizer), with Muon computing the Newton–Schulz
+    iteration itself (spectral=False) for the same matrices, rate, decay and iteration dtype."""
+    muon = fast.muon
+    matrices = [p for group in muon.param_groups for p in group["params"]]
+    group = muon.param_groups[0]
+    iterated = Muon(matrices, group["lr"], group["weight_decay"], momentum=group["momentum"], ns_dtype=muon.ns_dtype,
+                    spectral=False)  # fmt: skip
+    return MuonAdamW(iterated, fast.adamw)
+
+
 def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
     """Seconds per optimizer step for vanilla's parameters (random gradients): AdamW, Muon as the fast
     path has it here, and Muon with the Newton–Schulz iteration (`muon_iterated`, what GPUs and bf16 CPUs
@@ -224,7 +235,7 @@ def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
             param.grad = torch.randn_like(param)
         optimizer = make_optimizer(model, TrainerConfig(optimizer=name.removesuffix("_iterated")))
         if name == "muon_iterated":
-            optimizer.muon.spectral = False
+            optimizer = iterated_muon(optimizer)
         elif name == "muon":
             out["muon_spectral"] = optimizer.muon.spectral
         for _ in range(2):  # warm-up: the first steps allocate the optimizer's state

@@ -6,10 +6,10 @@
 Runs `src/run.py evaluate` with the first finetuned model and `--ensemble_params` the
 others: each question takes the answer its model is most confident of (highest mean
 log-probability per character). Appends one line to bench/results/ensembles.jsonl with
-the dev accuracy and the minutes the ensemble cost: every member's pretraining and
-finetuning (the `train_seconds` in the sidecars of its params files) plus the
-ensemble's evaluation, timed here. The README's results table shows these lines beside
-the single models.
+the dev accuracy (from the predictions' sidecar, `<outputs_path>.json`) and the minutes
+the ensemble cost: every member's pretraining and finetuning (the `train_seconds` in the
+sidecars of its params files) plus the ensemble's evaluation, timed here. The README's
+results table shows these lines beside the single models.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
 
-from research import cpu_name  # noqa: E402
+from research import accuracy, cpu_name, predictions_sidecar  # noqa: E402
 
 from params import read_sidecar, sidecar_path  # noqa: E402
 
@@ -68,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.time() - t0
     if done.returncode != 0:
         sys.exit(f"error: evaluate failed: {done.stderr.strip().splitlines()[-1]}")
-    correct = re.findall(r"Correct: ([\d.]+) out of ([\d.]+)", done.stdout + done.stderr)[-1]
+    dev_accuracy = accuracy(predictions_sidecar(args.outputs_path))
+    if dev_accuracy is None:
+        sys.exit(f"error: {args.gold} gives no places to score, or evaluate wrote no {args.outputs_path}.json")
     training = sum(sidecar(pre)["train_seconds"] for pre in args.pretrained) + sum(m["train_seconds"] for m in members)
     line = {
         "label": args.label,
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "finetuned": args.finetuned,
         "machine": cpu_name(),
         "date": datetime.date.today().isoformat(),
-        "dev_accuracy": float(correct[0]) / float(correct[1]),
+        "dev_accuracy": dev_accuracy,
         "training_minutes": round(training / 60, 1),
         "evaluate_seconds": round(seconds, 1),
         "minutes": round((training + seconds) / 60, 1),

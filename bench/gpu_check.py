@@ -31,7 +31,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))  # research.py
 
-from research import cpu_name  # noqa: E402
+from research import LoggedEpochs, accuracy, cpu_name, predictions_sidecar, tensorboard_prefix  # noqa: E402
 
 import attention  # noqa: E402
 
@@ -63,6 +62,7 @@ HANDOUT_EPOCHS = 650
 AFTER_PRETRAIN_SECONDS = 45  # finetune (10 epochs) and two evaluations, as a margin for the plan
 RECITE_SECONDS = 60  # reader (recite 2,000 people, finetune 10 epochs) and two reciting evaluations
 RECITE_STEPS = ("reader", "recite_dev", "recite_test")
+DEV_PREDICTIONS = {"evaluate": "dev.predictions", "recite_dev": "recite_dev.predictions"}  # a protocol's dev answers
 
 
 class Slots:
@@ -87,8 +87,9 @@ class Run:
         self.stopped: str | None = None  # why, once stopped
         self.failed: str | None = None
         self.seconds: dict[str, float] = {}
-        self.outputs: dict[str, str] = {}  # the dev evaluations' logs, by step
+        self.found: dict[str, dict] = {}  # what the dev evaluations found (their predictions' sidecars), by step
         self.proc: subprocess.Popen | None = None
+        self.logged_epochs: LoggedEpochs | None = None  # the pretraining's epochs done, from its TensorBoard log
         self.epoch_times: list[tuple[int, float]] = []  # (epochs done, when first seen)
         common = [variant, "wiki.txt", *VARIANT_FLAGS[variant], "--seed", str(seed)]
         pre, fine = "pretrain.params", "finetune.params"
@@ -113,6 +114,7 @@ class Run:
             "recite_test": ["evaluate", *common, "--reading_params_path", "reader.params", "--eval_corpus_path",
                             data["test"], "--outputs_path", "recite_test.predictions"],
         }  # fmt: skip
+        self.tensorboard_prefix = tensorboard_prefix(self.commands["pretrain"])  # its log's folder name, dated
         self.thread = threading.Thread(target=self.pipeline, daemon=True)
 
     def pipeline(self) -> None:
@@ -128,6 +130,8 @@ class Run:
             if step == "reader" and (self.recite_until is None or time.time() > self.recite_until):
                 return  # the direct protocol's figures come first; recite only where time is left
             t0 = time.time()
+            if step == "pretrain":  # run.py logs to <folder>/expt/pretrain/<prefix>_<time stamp>
+                self.logged_epochs = LoggedEpochs(self.folder / "expt" / "pretrain", self.tensorboard_prefix, t0)
             with open(self.folder / f"{step}.log", "w") as log:
                 self.proc = subprocess.Popen(
                     [sys.executable, RUN_PY, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, env=env
@@ -138,19 +142,15 @@ class Run:
                 if not self.stopped:
                     self.failed = f"{step} exited with code {code}; see {self.folder / f'{step}.log'}"
                 return
-            if step in ("evaluate", "recite_dev"):  # a row as soon as a protocol has its dev figure
-                self.outputs[step] = (self.folder / f"{step}.log").read_text(errors="replace")
+            if step in DEV_PREDICTIONS:  # a row as soon as a protocol has its dev figure
+                self.found[step] = predictions_sidecar(self.folder / DEV_PREDICTIONS[step])
                 self.on_result(self, "direct" if step == "evaluate" else "recite")
 
     def epochs_done(self) -> int:
-        """Pretraining epochs finished so far, from run.py's "epoch N/M: loss" lines."""
-        log = self.folder / "pretrain.log"
+        """Pretraining epochs finished so far, from the pretraining's TensorBoard log."""
         if "pretrain" in self.seconds:
             return HANDOUT_EPOCHS
-        if not log.is_file():
-            return 0
-        found = re.findall(r"epoch (\d+)/\d+: loss", log.read_text(errors="replace"))
-        return int(found[-1]) if found else 0
+        return 0 if self.logged_epochs is None else self.logged_epochs()
 
     def observe(self) -> None:
         done = self.epochs_done()
@@ -171,13 +171,12 @@ class Run:
 
     def accuracy(self, step: str = "evaluate") -> tuple[int, int] | None:
         """(correct, total) on dev, once evaluated (step "recite_dev": by the recite protocol)."""
-        m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", self.outputs.get(step, ""))
-        return (int(float(m.group(1))), int(float(m.group(2)))) if m else None
+        found = self.found.get(step, {})
+        return (found["correct"], found["with_places"]) if accuracy(found) is not None else None
 
     def place_in_recitation(self) -> float | None:
         """The share of dev recitations holding the gold place (the reader's ceiling), once evaluated."""
-        m = re.search(r"the gold place is in ([\d.]+)% of the recitations", self.outputs.get("recite_dev", ""))
-        return float(m.group(1)) / 100 if m else None
+        return self.found.get("recite_dev", {}).get("place_in_recitation")
 
 
 def machine() -> dict:
@@ -286,8 +285,8 @@ class Results:
 
 def trainer_settings(sidecar: Path) -> dict:
     """How the pretraining batched its examples and which parameters it decayed, from run.py's sidecar."""
-    trainer = json.loads(sidecar.read_text())["trainer"]
-    return {"order": trainer["order"], "decay": trainer["decay"]}
+    config = json.loads(sidecar.read_text())["config"]
+    return {"order": config["order"], "decay": config["decay"]}
 
 
 def print_table(runs: list[Run]) -> None:
@@ -309,7 +308,8 @@ def print_table(runs: list[Run]) -> None:
 
 def speed_check(workdir: Path, tiny: bool) -> None:
     """The handout's vanilla pretraining step at batch 128, reference against fast path, on this device,
-    alone before the runs start (bench/bench_speed.py; its files and log go to workdir)."""
+    alone before the runs start (bench/bench_speed.py; its files and log go to workdir, its figures are read
+    from its JSON output)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     steps = ["--ref_steps", "1", "--fast_steps", "2"] if tiny else ["--ref_steps", "10", "--fast_steps", "30"]
     argv = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--parts", "train", "--variants", "vanilla",
@@ -317,8 +317,12 @@ def speed_check(workdir: Path, tiny: bool) -> None:
     t0 = time.time()
     with open(workdir / "speed.log", "w") as log:
         code = subprocess.call(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    table = [line for line in (workdir / "speed.log").read_text(errors="replace").splitlines() if "| train" in line]
-    print(f"speed ({time.time() - t0:.0f} s, exit {code}): {table[0] if table else 'no figure'}", flush=True)
+    if code != 0:
+        print(f"speed ({time.time() - t0:.0f} s): exit {code}, no figure; see {workdir / 'speed.log'}", flush=True)
+        return
+    step = {r["impl"]: r["seconds_per_step"] for r in json.loads((workdir / "speed.json").read_text())["train"]}
+    print(f"speed ({time.time() - t0:.0f} s): reference {step['reference']:.3f} s/step, fast {step['fast']:.3f} "
+          f"s/step ({step['reference'] / step['fast']:.1f}x)", flush=True)  # fmt: skip
 
 
 def interrupt(signum: int, frame: object) -> None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from research import cpu_name, person_documents  # noqa: E402
 
-from config import BLOCK_SIZE, build_model  # noqa: E402
+from config import BLOCK_SIZE, RunConfig, build_model  # noqa: E402
 from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions, read_text  # noqa: E402
 from decode import predict  # noqa: E402
 from params import load_params, read_sidecar  # noqa: E402
@@ -48,18 +48,18 @@ ERROR_KINDS = {
 }
 
 
-def reader_command(reader: Path) -> tuple[argparse.Namespace, Vocabulary, torch.device]:
-    """The settings, vocabulary and device with which `run.py evaluate` would read `reader`."""
+def reader_command(reader: Path) -> tuple[RunConfig, Vocabulary, torch.device]:
+    """The settings, vocabulary and device with which `run.py evaluate` would read `reader` (decoding
+    puts the model in eval mode: its dropout setting plays no part)."""
     import run
 
     side = read_sidecar(reader)
     vocab = CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), BLOCK_SIZE).vocab
-    args = run.command_config(["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)])
-    args.dropout = 0.0
-    return args, vocab, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    argv = ["evaluate", side["variant"], "wiki.txt", "--reading_params_path", str(reader)]
+    return run.command_config(argv), vocab, torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-Command = tuple[argparse.Namespace, Vocabulary, torch.device]
+Command = tuple[RunConfig, Vocabulary, torch.device]
 
 
 def dev_recitations(reader: Path, questions: list[Question], command: Command) -> list[str]:

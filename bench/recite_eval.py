@@ -6,11 +6,12 @@ and test answers, and where the errors come from.
     python bench/recite_eval.py vanilla_cpu_seed0 --tag c60 -- --recite_chars 60
 
 Reads bench/runs/NAME/pretrain.params (and, for the direct answer of the same pretrained model,
-NAME's evaluate.log), runs the user's commands (run.py finetune --recite, then run.py evaluate on
-dev and test), and appends one line with "protocol": "recite" to bench/results/recite.jsonl: the
-dev accuracy, the share of dev recitations holding the gold place (the ceiling of a reader that
-copies), the reader's accuracy on each side of that split, the accuracy of the 10% most confident
-answers, and the minutes recite adds to a run (the reader's finetune and the dev evaluation).
+the sidecar of NAME's dev.predictions), runs the user's commands (run.py finetune --recite, then
+run.py evaluate on dev and test), and appends one line with "protocol": "recite" to
+bench/results/recite.jsonl: the dev accuracy, the share of dev recitations holding the gold place
+(the ceiling of a reader that copies), the reader's accuracy on each side of that split, the
+accuracy of the 10% most confident answers, the recitations the reader trained on (from its
+sidecar), and the minutes recite adds to a run (the reader's finetune and the dev evaluation).
 Flags after `--` go to run.py finetune.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import sys
 import time
@@ -31,7 +31,14 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from recite_errors import dev_recitations, reader_command  # noqa: E402
-from research import cpu_name, read_scores_tsv, reader_copies, reader_examples  # noqa: E402
+from research import (  # noqa: E402
+    accuracy,
+    cpu_name,
+    predictions_sidecar,
+    read_scores_tsv,
+    reader_copies,
+    reader_examples,
+)
 from time_to_accuracy import common_flags, timed  # noqa: E402
 
 from confidence import evaluation_summary  # noqa: E402
@@ -39,12 +46,6 @@ from dataset import read_questions  # noqa: E402
 from params import read_sidecar  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "recite.jsonl"
-
-
-def direct_accuracy(log: Path) -> float | None:
-    """The dev accuracy of a `Correct: C out of N` line in the direct evaluation's log."""
-    m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", log.read_text(encoding="utf-8")) if log.is_file() else None
-    return float(m.group(1)) / float(m.group(2)) if m else None
 
 
 def error_split(work: Path, reader: Path, questions: list, predictions: list[str]) -> dict:
@@ -75,7 +76,7 @@ def main() -> None:
     side = read_sidecar(pretrained)
     if side is None:
         sys.exit(f"error: {pretrained} (with its sidecar) not found")
-    variant, seed = side["variant"], side["trainer"]["seed"]
+    variant, seed = side["variant"], side["config"]["seed"]
     common = common_flags(variant, args.preset, seed, f"recite_{args.name}", side.get("bottleneck_dim") or 64)
     reader = work / f"reader_{args.tag}.params"
     run = [sys.executable, "src/run.py"]
@@ -90,22 +91,26 @@ def main() -> None:
     record = {"name": args.name, "variant": variant, "seed": seed, "protocol": "recite"}
     record["machine"] = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
     record["threads"] = torch.get_num_threads()
-    record |= {"preset": args.preset, "finetune_flags": args.finetune_flags, "pretrain_preset": side.get("preset")}
+    record |= {
+        "preset": args.preset,
+        "finetune_flags": args.finetune_flags,
+        "pretrain_preset": side["config"]["preset"],
+    }
     record["started"] = time.strftime("%Y-%m-%d %H:%M")
     record["command"] = shlex.join(["python", "bench/recite_eval.py", *sys.argv[1:]])
     record["reader_seconds"] = round(timed(run + finetune, work / f"reader_{args.tag}.log")[0], 1)
-    record["reader_examples"] = reader_examples(work / f"reader_{args.tag}.log")
-    record["recite_dev_seconds"], text = timed(run + evaluate["dev"], work / f"recite_{args.tag}.dev.log")
-    record["reader_copies"] = reader_copies(work / f"recite_{args.tag}.dev.log")
-    record["recite_test_seconds"] = round(timed(run + evaluate["test"], work / f"recite_{args.tag}.test.log")[0], 1)
     reader_side = read_sidecar(reader)
+    record["reader_examples"] = reader_examples(reader_side)
+    record["recite_dev_seconds"] = timed(run + evaluate["dev"], work / f"recite_{args.tag}.dev.log")[0]
+    record["reader_copies"] = reader_copies(predictions_sidecar(outputs["dev"]))
+    record["recite_test_seconds"] = round(timed(run + evaluate["test"], work / f"recite_{args.tag}.test.log")[0], 1)
     record["recite_chars"] = reader_side["recite_chars"]
-    t = reader_side["trainer"]
-    record["reader_config"] = {"learning_rate": t["learning_rate"], "max_epochs": t["max_epochs"],
-                               "dropout": reader_side["dropout"], "batch_size": t["batch_size"]}  # fmt: skip
+    c = reader_side["config"]
+    record["reader_config"] = {"learning_rate": c["finetune_lr"], "max_epochs": c["max_epochs"],
+                               "dropout": c["dropout"], "batch_size": c["batch_size"]}  # fmt: skip
     record["pretrain_seconds"], record["pretrain_epochs"] = side["train_seconds"], side["epochs_done"]
-    record["pretrain_doc_offset"] = side["doc_offset"]
-    record["direct_dev_accuracy"] = direct_accuracy(work / "evaluate.log")
+    record["pretrain_doc_offset"] = side["config"]["doc_offset"]
+    record["direct_dev_accuracy"] = accuracy(predictions_sidecar(work / "dev.predictions"))
     entries = read_questions(ROOT / "data" / "birth_dev.tsv", require_place=True)
     questions = [q for q in entries if q is not None]
     predictions = outputs["dev"].read_text(encoding="utf-8").split("\n")[: len(questions)]

@@ -6,9 +6,13 @@
 
 From the run folder (run.sh's OUT_DIR) it reads, for each run, the dev
 predictions `<run>.dev.predictions`, their confidences `<run>.dev.scores.tsv`
-(written by `evaluate --scores_path`), and the step times in `times.txt`
-(`step seconds` per line). A run without predictions is reported as "not run";
-a run without scores gets accuracy only. Metrics are defined in src/confidence.py.
+(written by `evaluate --scores_path`), what evaluate found (the predictions'
+sidecar `<run>.dev.predictions.json`: a reader's share of recitations holding
+the place), and the step times in `times.txt` (`step seconds` per line); with
+--record also the params' sidecars (the pretraining's epochs, the reader's
+finetune and the recitations it trained on). A run without predictions is
+reported as "not run"; a run without scores gets accuracy only. Metrics are
+defined in src/confidence.py.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import argparse
 import datetime
 import json
 import math
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
 from research import (  # noqa: E402
     cpu_name,
     place_in_document,
+    predictions_sidecar,
     read_scores_tsv,
     reader_copies,
     reader_examples,
@@ -112,17 +116,10 @@ def read_times(path: Path) -> dict[str, float]:
     return {name: float(sec) for name, sec in (line.split() for line in read_text(path).splitlines() if line.strip())}
 
 
-def log_share(path: Path, pattern: str) -> float | None:
-    """The percentage that `pattern`'s group captures in a log, as a share; None if absent."""
-    if not path.is_file():
-        return None
-    m = re.search(pattern, read_text(path))
-    return float(m.group(1)) / 100 if m else None
-
-
-def log_accuracy(path: Path) -> float | None:
-    """The accuracy of a `Correct: C out of N: P%` line in a log, if there is one."""
-    return log_share(path, r"Correct: .*: ([\d.]+)%")
+def found_number(found: dict, key: str) -> float:
+    """A number of a predictions' sidecar (research.predictions_sidecar); nan where it has none."""
+    value = found.get(key)
+    return math.nan if value is None else float(value)
 
 
 def aligned(path: Path, entries: list[Question | None], read: Callable[[Path], list]) -> list:
@@ -146,6 +143,7 @@ def run_metrics(
     if not predictions_path.is_file():
         return None
     row = {key: math.nan for key, _ in COLUMNS}
+    found = predictions_sidecar(predictions_path)  # what evaluate found (none for the London baseline)
     questions = [q for q in entries if q is not None] if entries else []
     if questions and questions[0].place is not None:
         predictions = aligned(predictions_path, entries, read_lines)
@@ -158,14 +156,12 @@ def run_metrics(
             if not documents:  # without the corpus every question falls in "no document"
                 row["place_in_document_accuracy"] = row["place_not_in_document_accuracy"] = math.nan
     else:
-        logged = log_accuracy(folder / f"{run.eval_step}.log")
-        row["accuracy"] = math.nan if logged is None else logged
+        row["accuracy"] = found_number(found, "accuracy")
     if run.train_steps and all(s in times for s in run.train_steps):
         row["train_seconds"] = sum(times[s] for s in run.train_steps)
     row["eval_seconds"] = times.get(run.eval_step, math.nan)
     if run.protocol == "recite":
-        ceiling = log_share(folder / f"{run.eval_step}.log", r"the gold place is in ([\d.]+)% of the recitations")
-        row["place_in_recitation"] = math.nan if ceiling is None else ceiling
+        row["place_in_recitation"] = found_number(found, "place_in_recitation")
         if all(s in times for s in run.extra_steps):
             row["extra_seconds"] = sum(times[s] for s in run.extra_steps)
     return row
@@ -258,16 +254,16 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
         pretrained = run.prefix.endswith((".pretrain", ".recite"))
         sidecar = read_sidecar(Path(args.runs) / f"{variant}.pretrain.params") if pretrained else None
         used = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
-        if sidecar and "doc_offset" in sidecar:  # the settings the cpu recipe has changed in, as the run used them
-            used["pretrain_doc_offset"] = sidecar["doc_offset"]
+        if sidecar and "config" in sidecar:  # the settings the cpu recipe has changed in, as the run used them
+            used["pretrain_doc_offset"] = sidecar["config"]["doc_offset"]
         reader = read_sidecar(Path(args.runs) / f"{variant}.reader.params") if run.protocol == "recite" else None
-        if reader and "trainer" in reader:
-            used["reader"] = {"max_epochs": reader["trainer"]["max_epochs"],
-                                "learning_rate": reader["trainer"]["learning_rate"], "dropout": reader["dropout"]}  # fmt: skip
-            examples = reader_examples(Path(args.runs) / f"{variant}_reader.log")
-            if examples is not None:  # the recitations that held their place (run.sh's log of the step)
+        if reader and "config" in reader:
+            c = reader["config"]
+            used["reader"] = {"max_epochs": c["max_epochs"], "learning_rate": c["finetune_lr"], "dropout": c["dropout"]}
+            examples = reader_examples(reader)
+            if examples is not None:  # the recitations that held their place
                 used["reader"]["examples"] = examples
-            if reader_copies(Path(args.runs) / f"{variant}_recite_dev.log"):
+            if reader_copies(predictions_sidecar(Path(args.runs) / f"{run.prefix}.dev.predictions")):
                 used["reader"]["copies"] = True
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
@@ -298,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         entries = read_questions(gold, require_place=False) if gold.is_file() else None
         if entries is None:
-            print(f"{gold} not found: accuracy from the logs, no confidence metrics")
+            print(f"{gold} not found: accuracy from the predictions' sidecars, no confidence metrics")
         documents = [line for line in read_text(corpus).split("\n") if line] if corpus.is_file() else []
         times = read_times(folder / "times.txt")
         rows = {run.label: run_metrics(run, folder, entries, documents, times) for run in RUNS}

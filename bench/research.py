@@ -1,4 +1,5 @@
 """Helpers of the research scripts in bench/: the machine's description for benchmark records,
+what run.py recorded of a run (the predictions' and the params' JSON sidecars, the TensorBoard log),
 reading the answer scores `evaluate --scores_path` writes, and the recall split (is the gold
 place in the person's pretraining document, and how often are those answers right?)."""
 
@@ -8,7 +9,6 @@ import bisect
 import contextlib
 import math
 import platform
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,9 +17,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from answers import COPYING_NOTE  # noqa: E402
 from confidence import AnswerScore, evaluation_summary, person_name  # noqa: E402
 from dataset import Question, read_text  # noqa: E402
+from params import read_sidecar  # noqa: E402
 from utils import UserError, bf16_supported  # noqa: E402
 
 
@@ -49,19 +49,66 @@ def cpu_name() -> str:
     return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
-def reader_examples(log: str | Path) -> int | None:
-    """How many recitations a recite reader trained on, from its finetune's log (None: no such line, as
-    in the logs of readers that trained on every recitation)."""
-    path = Path(log)
-    found = re.search(r"the reader trains on the (\d+) recitations", path.read_text()) if path.is_file() else None
-    return int(found.group(1)) if found else None
+def predictions_sidecar(predictions: str | Path) -> dict:
+    """What `run.py evaluate --outputs_path P` found, from the predictions' sidecar P.json: the counts
+    ("questions", "with_places", "correct"), "accuracy" and the selective metrics where places were
+    given, "place_in_recitation" for a recite reader, "seconds" and the resolved "config"; {} when
+    there is no sidecar (evaluations before it was written, the London baseline)."""
+    return read_sidecar(predictions) or {}
 
 
-def reader_copies(log: str | Path) -> bool:
-    """Whether a recite reader's answers were spans of their recitations, from its dev evaluation's log
-    (readers evaluated before answers were constrained so decoded freely)."""
-    path = Path(log)
-    return path.is_file() and f"of the recitations {COPYING_NOTE}" in path.read_text()
+def accuracy(found: dict) -> float | None:
+    """correct / with_places of a predictions' sidecar (predictions_sidecar); None without places."""
+    return found["correct"] / found["with_places"] if found.get("with_places") else None
+
+
+def reader_examples(reader: dict) -> int | None:
+    """How many recitations a recite reader trained on, from its params' sidecar: those that held their
+    place (every one when none did); None for readers trained before the sidecar recorded them."""
+    recitations = reader.get("recitations")
+    return None if recitations is None else recitations["kept"] or recitations["people"]
+
+
+def reader_copies(found: dict) -> bool:
+    """Whether a recite reader's answers were spans of their recitations, from its dev evaluation's
+    predictions sidecar: evaluate has written that sidecar only since a reader's answers are held to
+    spans, and records "place_in_recitation" in it for a reader alone (readers evaluated before decoded
+    freely, or left no sidecar to tell)."""
+    return "place_in_recitation" in found
+
+
+class LoggedEpochs:
+    """Epochs a run.py training has finished so far, from its TensorBoard log: the step of the last
+    train/epoch_seconds scalar (the trainer logs one per epoch, at the number of epochs done). The log is
+    the newest folder `<logs>/<prefix>_*` written since `since` (a time), read on from where the last call
+    left off; 0 until there is one."""
+
+    def __init__(self, logs: Path, prefix: str, since: float):
+        self.logs, self.prefix, self.since = logs, prefix, since
+        self.events = None
+
+    def __call__(self) -> int:
+        if self.events is None:
+            from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+            folders = [f for f in self.logs.glob(f"{self.prefix}_*") if f.stat().st_mtime >= self.since]
+            if not folders:
+                return 0
+            newest = max(folders, key=lambda f: f.stat().st_mtime)
+            self.events = EventAccumulator(str(newest), size_guidance={"scalars": 0})
+        self.events.Reload()
+        if "train/epoch_seconds" not in self.events.Tags()["scalars"]:
+            return 0
+        return self.events.Scalars("train/epoch_seconds")[-1].step
+
+
+def tensorboard_prefix(argv: list[str]) -> str:
+    """The name before the time stamp of the TensorBoard folders that `run.py ARGV` writes under
+    expt/<function>/ (run.py's tensorboard_folder): <tb_expt_name>_<variant>_seed<seed>."""
+    from run import command_config  # the command's settings, resolved as run.py resolves them
+
+    config = command_config(argv)
+    return f"{config.tb_expt_name}_{config.variant}_seed{config.seed}"
 
 
 def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:

@@ -13,8 +13,8 @@ bench/results/time_to_accuracy.jsonl (config, seconds per step, final pretrainin
 loss, dev accuracy), the log of the research behind the CPU recipe.
 
 --snapshots copies the pretraining checkpoint as it stood after each listed
-number of minutes (or, for entries like 200ep, as soon as epoch 200 is done:
-the checkpoint must fall on that epoch's last step, e.g. --ckpt_every 100 with
+number of minutes (or, for entries like 200ep, as soon as the TensorBoard log says
+epoch 200 is done: the checkpoint must fall on that epoch's last step, e.g. --ckpt_every 100 with
 23 steps per epoch and a multiple of 100 epochs); once the full run is done, each copy is finetuned and
 evaluated like the final model, and logged as its own line: what a user who
 had stopped pretraining at that point would have got (with the learning rate
@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -53,24 +54,31 @@ RESULTS = ROOT / "bench" / "results" / "time_to_accuracy.jsonl"
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))  # research.py
 
-from research import cpu_name  # noqa: E402
+from research import LoggedEpochs, accuracy, cpu_name, predictions_sidecar, tensorboard_prefix  # noqa: E402
+
+from config import RunConfig, time_budget, trainer_config  # noqa: E402
 
 
-def epochs_done(log: Path) -> int:
-    """The last finished epoch in a run.py log ("epoch N/M: loss ..." lines), 0 before the first."""
-    with open(log, "rb") as f:  # the end is enough: progress bars make the whole log large
-        f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
-        tail = f.read().decode("utf-8", errors="replace")
-    found = re.findall(r"epoch (\d+)/\d+: loss", tail)
-    return int(found[-1]) if found else 0
+def in_repository(path: str) -> str:
+    """`path` relative to the repository where it lies inside it (as logged), else as it is."""
+    p = Path(path)
+    return str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else path
 
 
-def in_repository(config: dict) -> dict:
-    """A trainer config from a sidecar with its checkpoint path relative to the repository, as logged."""
-    ckpt = config.get("ckpt_path")
-    if ckpt and Path(ckpt).is_absolute() and Path(ckpt).is_relative_to(ROOT):
-        config = {**config, "ckpt_path": str(Path(ckpt).relative_to(ROOT))}
-    return config
+def trainer_settings(sidecar: dict) -> dict:
+    """The training settings of a params sidecar's resolved config, as the trainer config this script has
+    always logged them (pretrain_config, finetune_config: config.trainer_config's fields but final_tokens,
+    which depends on the data's size) with the epochs as planned and the time budget (config.time_budget)."""
+    config = RunConfig(**{**sidecar["config"], "max_epochs": sidecar["planned_epochs"]})
+    settings = asdict(trainer_config(config, pretrain_len=0))
+    del settings["final_tokens"]
+    budget_seconds, fit = time_budget(config)
+    return {
+        **settings,
+        "budget_seconds": budget_seconds,
+        "budget_fit": fit,
+        "ckpt_path": in_repository(settings["ckpt_path"]),
+    }
 
 
 def timed(cmd: list[str], log: Path, snapshots: dict[str, Path] | None = None) -> tuple[float, str]:
@@ -83,12 +91,14 @@ def timed(cmd: list[str], log: Path, snapshots: dict[str, Path] | None = None) -
     t0 = time.time()
     pending = dict(snapshots or {})
     ckpt = Path(cmd[cmd.index("--writing_params_path") + 1] + ".ckpt") if pending else None
+    # epochs done, from the run's TensorBoard log (expt/<function>/, as run.py is started here from ROOT)
+    epochs_done = LoggedEpochs(ROOT / "expt" / cmd[2], tensorboard_prefix(cmd[2:]), t0) if pending else None
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
         while proc.poll() is None:
             for when, dest in list(pending.items()):
                 if when.endswith("ep"):
-                    due = epochs_done(log) >= int(when[:-2])
+                    due = epochs_done() >= int(when[:-2])
                 else:
                     due = time.time() - t0 >= float(when) * 60
                 if due and ckpt.is_file():
@@ -114,14 +124,13 @@ def finetune_and_evaluate(run: list[str], common: list[str], pre_params: Path, o
     ]  # fmt: skip
     record = {}
     for step, cmd in steps:
-        seconds, text = timed(run + cmd, out / f"{tag}{step}.log")
+        seconds, _ = timed(run + cmd, out / f"{tag}{step}.log")
         record[f"{step}_seconds"] = round(seconds, 1)
         if step == "finetune":  # the rate, dropout, batch and epochs the preset chose
             sidecar = json.loads(ft_params.with_suffix(".params.json").read_text())
-            record["finetune_config"] = {**in_repository(sidecar["trainer"]), "dropout": sidecar["dropout"]}
-        if step == "evaluate":
-            m = re.search(r"Correct: ([\d.]+) out of ([\d.]+)", text)
-            record["dev_accuracy"] = float(m.group(1)) / float(m.group(2))
+            record["finetune_config"] = {**trainer_settings(sidecar), "dropout": sidecar["config"]["dropout"]}
+        if step == "evaluate":  # from the predictions' sidecar
+            record["dev_accuracy"] = accuracy(predictions_sidecar(out / f"{tag}dev.predictions"))
     return record
 
 
@@ -217,9 +226,8 @@ def main() -> None:
     p.add_argument("--name", default=None, help="run folder name (default: variant_preset_seed)")
     p.add_argument("--snapshots", default="", help="comma-separated minutes (58) or epochs (200ep) to also evaluate at")
     p.add_argument("--bottleneck_dim", type=int, default=64, help="perceiver bottleneck length m (the handout's 64)")
-    p.add_argument("--pretrain_order", default=None, help="pretrain through bench/trainer_variant.py --order")
-    p.add_argument("--pretrain_decay", default=None, help="pretrain through bench/trainer_variant.py --decay")
-    p.add_argument("--pretrain_mix_questions", default=None, help="pretrain through trainer_variant.py --mix_questions")
+    p.add_argument("--pretrain_order", default=None, help="run.py pretrain --order (research: the batches' order)")
+    p.add_argument("--pretrain_decay", default=None, help="run.py pretrain --decay (research: which weights decay)")
     p.add_argument("--resume", action="store_true", help="continue run NAME's interrupted pretraining (see above)")
     p.add_argument("--table", action="store_true", help="only print the table of the logged runs")
     p.add_argument("--refinetune", metavar="NAME", help="only finetune + evaluate run NAME's params again (see above)")
@@ -251,15 +259,9 @@ def main() -> None:
         "started": time.strftime("%Y-%m-%d %H:%M"),
     }
     cmd = ["pretrain", *common, "--writing_params_path", str(pre_params), *args.pretrain_flags]
-    runner = run
-    changes = (
-        ("order", args.pretrain_order),
-        ("decay", args.pretrain_decay),
-        ("mix_questions", args.pretrain_mix_questions),
-    )
-    if any(v for _, v in changes):  # the trainer's batching, decay or data changed, for research
-        variant = [f"--{k}={v}" for k, v in changes if v]
-        runner = [sys.executable, "bench/trainer_variant.py", *variant, "--"]
+    variant = [f"--{k}={v}" for k, v in (("order", args.pretrain_order), ("decay", args.pretrain_decay)) if v]
+    if variant:  # the trainer's batching or decay changed, for research (run.py's hidden flags)
+        cmd += variant
         record["pretrain_trainer_variant"] = variant
     log = out / "pretrain.log"
     if args.resume:
@@ -268,7 +270,7 @@ def main() -> None:
         if log.is_file():
             log.replace(out / "pretrain.interrupted.log")  # the first attempt's log, kept
         cmd.append("--resume")
-    seconds, _ = timed(runner + cmd, log, snapshots)
+    seconds, _ = timed(run + cmd, log, snapshots)
     sidecar = json.loads((out / "pretrain.params.json").read_text())
     if args.resume:
         seconds = sidecar["train_seconds"]  # both attempts' training time
@@ -277,8 +279,8 @@ def main() -> None:
     print(f"{name}: pretrain took {seconds:.0f} s", flush=True)
     record["pretrain_steps"] = sidecar["steps"]
     record["pretrain_final_loss"] = sidecar["final_loss"]
-    record["pretrain_config"] = in_repository(sidecar["trainer"])
-    record["pretrain_doc_offset"] = sidecar["doc_offset"]  # may come from the preset, not the flags
+    record["pretrain_config"] = trainer_settings(sidecar)
+    record["pretrain_doc_offset"] = sidecar["config"]["doc_offset"]  # may come from the preset, not the flags
     record["pretrain_epochs_done"] = sidecar.get("epochs_done")  # fewer than planned if a budget ran out
     append({**record, **finetune_and_evaluate(run, common, pre_params, out, "")})
     batches_per_epoch = round(sidecar["steps"] / sidecar["epochs_done"])  # the same in every epoch

@@ -305,6 +305,10 @@ def test_a_question_outside_ask_is_refused(tiny_corpus, tiny_dev_tsv, capsys):
 # The report
 
 
+# A reader's resolved config in its params' sidecar, as much of it as report.py reads.
+READER_CONFIG = {"max_epochs": 10, "finetune_lr": 6e-4, "dropout": 0.1}
+
+
 def test_report_tables_every_run_and_says_not_run_for_missing_ones(tiny_corpus, tiny_dev_tsv, tmp_path):
     runs = tmp_path / "outputs"
     runs.mkdir()
@@ -356,7 +360,7 @@ def test_report_shows_and_records_recite_rows_with_their_ceiling_and_extra_minut
     places = [p for _, p in PEOPLE[:4]]
     (runs / "vanilla.pretrain.dev.predictions").write_text("London\n" * 4, encoding="utf-8")
     (runs / "vanilla.recite.dev.predictions").write_text("".join(f"{p}\n" for p in places[:3]) + "x\n")
-    (runs / "vanilla_recite_dev.log").write_text("the gold place is in 75.0% of the recitations (the reader's ceiling)")
+    (runs / "vanilla.recite.dev.predictions.json").write_text(json.dumps({"place_in_recitation": 0.75}))
     (runs / "times.txt").write_text(
         "vanilla_pretrain 100\nvanilla_finetune 20\nvanilla_pretrain_dev 6\nvanilla_reader 50\nvanilla_recite_dev 10\n"
     )
@@ -392,9 +396,8 @@ def test_report_records_the_pretrainings_doc_offset_and_the_readers_finetune_fro
     runs = tmp_path / "outputs"
     runs.mkdir()
     (runs / "vanilla.recite.dev.predictions").write_text("".join(f"{p}\n" for _, p in PEOPLE[:4]), encoding="utf-8")
-    (runs / "vanilla.pretrain.params.json").write_text(json.dumps({"epochs_done": 70.0, "doc_offset": 0}))
-    reader = {"dropout": 0.1, "trainer": {"max_epochs": 10, "learning_rate": 6e-4}}
-    (runs / "vanilla.reader.params.json").write_text(json.dumps(reader), encoding="utf-8")
+    (runs / "vanilla.pretrain.params.json").write_text(json.dumps({"epochs_done": 70.0, "config": {"doc_offset": 0}}))
+    (runs / "vanilla.reader.params.json").write_text(json.dumps({"config": READER_CONFIG}), encoding="utf-8")
     monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
     argv = ["--runs", str(runs), "--gold", str(tiny_dev_tsv), "--corpus", str(tiny_corpus)]
     assert report.main([*argv, "--out", str(tmp_path / "r.md"), "--record"]) == 0
@@ -403,15 +406,16 @@ def test_report_records_the_pretrainings_doc_offset_and_the_readers_finetune_fro
     assert line["reader"] == {"max_epochs": 10, "learning_rate": 6e-4, "dropout": 0.1}
 
 
-def recorded_reader(tmp_path: Path, monkeypatch, corpus: Path, gold: Path, logs: dict[str, str]) -> dict:
-    """The runs.jsonl line report.py records for a run.sh folder with a vanilla reader and these step logs."""
+def recorded_reader(tmp_path: Path, monkeypatch, corpus: Path, gold: Path, reader: dict, found: dict | None) -> dict:
+    """The runs.jsonl line report.py records for a run.sh folder with a vanilla reader: `reader` added to its
+    params' sidecar, `found` its dev predictions' sidecar (None: none written)."""
     runs = tmp_path / "outputs"
     runs.mkdir()
     (runs / "vanilla.recite.dev.predictions").write_text("".join(f"{p}\n" for _, p in PEOPLE[:4]), encoding="utf-8")
-    reader = {"dropout": 0.1, "trainer": {"max_epochs": 10, "learning_rate": 6e-4}}
-    (runs / "vanilla.reader.params.json").write_text(json.dumps(reader), encoding="utf-8")
-    for step, text in logs.items():
-        (runs / f"vanilla_{step}.log").write_text(text, encoding="utf-8")
+    side = {"config": READER_CONFIG, **reader}
+    (runs / "vanilla.reader.params.json").write_text(json.dumps(side), encoding="utf-8")
+    if found is not None:
+        (runs / "vanilla.recite.dev.predictions.json").write_text(json.dumps(found), encoding="utf-8")
     monkeypatch.setattr(report, "RUNS_JSONL", tmp_path / "runs.jsonl")
     argv = ["--runs", str(runs), "--gold", str(gold), "--corpus", str(corpus)]
     assert report.main([*argv, "--out", str(tmp_path / "r.md"), "--record"]) == 0
@@ -419,25 +423,25 @@ def recorded_reader(tmp_path: Path, monkeypatch, corpus: Path, gold: Path, logs:
     return line
 
 
-def test_report_records_how_many_recitations_the_reader_trained_on_from_its_log(
+def test_report_records_how_many_recitations_the_reader_trained_on_from_its_sidecar(
     tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
 ):
-    log = {"reader": "the reader trains on the 1677 recitations that hold their place\n"}
-    assert recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, log)["reader"]["examples"] == 1677
+    recitations = {"recitations": {"people": 2000, "kept": 1677, "place_share": 0.8385, "seconds": 30.0}}
+    line = recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, recitations, None)
+    assert line["reader"]["examples"] == 1677
 
 
-def test_report_records_that_the_reader_answered_with_spans_of_its_recitations_from_its_log(
+def test_report_records_that_the_reader_answered_with_spans_of_its_recitations_from_its_predictions_sidecar(
     tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
 ):
-    log = {
-        "recite_dev": "the gold place is in 86.0% of the recitations (the reader's ceiling); its answers are spans\n"
-    }
-    assert recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, log)["reader"]["copies"] is True
+    found = {"questions": 4, "with_places": 4, "correct": 4, "place_in_recitation": 0.86}
+    assert recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, {}, found)["reader"]["copies"] is True
 
 
-def test_report_leaves_out_copies_for_a_reader_that_decoded_freely(tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch):
-    log = {"recite_dev": "the gold place is in 86.0% of the recitations (the reader's ceiling)\n"}
-    assert "copies" not in recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, log)["reader"]
+def test_report_leaves_out_copies_for_a_reader_evaluated_before_predictions_had_a_sidecar(
+    tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
+):
+    assert "copies" not in recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, {}, None)["reader"]
 
 
 def test_agreement_counts_the_questions_right_in_both_in_either_and_in_any(tiny_dev_tsv, tmp_path, monkeypatch):
