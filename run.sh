@@ -14,20 +14,25 @@
 # With a GPU the recipe is the handout's (minutes per variant there).
 #
 # Settings (environment): TOTAL_MINUTES (120), PRESET (cpu; handout with a GPU), VARIANTS
-# ("vanilla perceiver rope"), SEED (0), PRETRAIN_EPOCHS, FINETUNE_EPOCHS (after pretraining),
-# NOPRETRAIN_EPOCHS (finetune from scratch): the preset's when unset; OUT_DIR (outputs);
-# EXTRA_FLAGS (added to every run.py call); RECORD (0; 1: record the run in bench/results/, report.md
-# and runs.jsonl, the README's table: for the project's own measured runs, full runs only).
+# ("vanilla perceiver rope" when unset; words on any whitespace), SEED (0), PRETRAIN_EPOCHS,
+# FINETUNE_EPOCHS (after pretraining), NOPRETRAIN_EPOCHS (finetune from scratch): the preset's when
+# unset; OUT_DIR (outputs; not a folder holding files git tracks); EXTRA_FLAGS (added to every run.py
+# call; not --seed or --preset: use SEED and PRESET); RECORD (0; 1: record the run in bench/results/,
+# report.md and runs.jsonl, the README's table: for the project's own measured runs, full runs only).
 # Settings are checked before anything runs (one line each, exit 2); the first failed step stops the
 # run, naming the step and its log, and no report is written.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-: "${TOTAL_MINUTES:=120}" "${VARIANTS:=vanilla perceiver rope}" "${SEED:=0}" "${OUT_DIR:=outputs}" "${EXTRA_FLAGS:=}"
+VARIANTS=${VARIANTS-vanilla perceiver rope}  # only an unset VARIANTS means all three; an empty one is refused
+: "${TOTAL_MINUTES:=120}" "${SEED:=0}" "${OUT_DIR:=outputs}" "${EXTRA_FLAGS:=}"
 : "${RECORD:=0}" "${PRESET:=}" "${PRETRAIN_EPOCHS:=}" "${FINETUNE_EPOCHS:=}" "${NOPRETRAIN_EPOCHS:=}"
-read -r -a VARIANT_LIST <<<"$VARIANTS"
+# Words on any whitespace (spaces, tabs, newlines), as the unquoted $EXTRA_FLAGS is split in every step.
+read -r -d '' -a VARIANT_LIST <<<"$VARIANTS" || true
+read -r -d '' -a EXTRA_LIST <<<"$EXTRA_FLAGS" || true
 bad=()
-[ "${#VARIANT_LIST[@]}" -gt 0 ] || bad+=("VARIANTS is empty; give some of: vanilla perceiver rope")
+[ "${#VARIANT_LIST[@]}" -gt 0 ] ||
+  bad+=("VARIANTS is empty; give some of: vanilla perceiver rope (or unset it for all three)")
 seen=" "
 for variant in "${VARIANT_LIST[@]}"; do
   case $variant in
@@ -48,6 +53,18 @@ for name in PRETRAIN_EPOCHS FINETUNE_EPOCHS NOPRETRAIN_EPOCHS; do
     bad+=("$name must be a positive integer, got '$value'")
 done
 case $PRESET in "" | handout | cpu) ;; *) bad+=("PRESET must be handout or cpu, got '$PRESET'") ;; esac
+# The header and the report state SEED and PRESET: a step must not run with others (run.py takes a flag's prefix).
+for word in "${EXTRA_LIST[@]}"; do
+  case ${word%%=*} in
+    --se | --see | --seed) bad+=("EXTRA_FLAGS must not set the seed ('$word'); set SEED instead, e.g. SEED=5") ;;
+    --pres | --prese | --preset) bad+=("EXTRA_FLAGS must not set the preset ('$word'); set PRESET instead") ;;
+  esac
+done
+# A run's outputs must not replace files git tracks (such as the recorded bench/results/report.md).
+[ ! -e "$OUT_DIR" ] || [ -d "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' is not a folder; give a folder name")
+out_path=$(realpath -m -- "$OUT_DIR" 2>/dev/null || echo "$OUT_DIR")  # through symlinks, as git sees it
+tracked=$(git --literal-pathspecs ls-files -- "$out_path" 2>/dev/null | head -n 1) || true
+[ -z "$tracked" ] || bad+=("OUT_DIR '$OUT_DIR' holds files tracked by git ($tracked); choose another folder, e.g. outputs")
 case $RECORD in
   0) ;;
   1) [ -z "$PRETRAIN_EPOCHS$FINETUNE_EPOCHS$NOPRETRAIN_EPOCHS$EXTRA_FLAGS" ] || bad+=("RECORD=1 records full runs \
@@ -58,6 +75,7 @@ if [ "${#bad[@]}" -gt 0 ]; then
   printf 'run.sh: %s\n' "${bad[@]}" >&2
   exit 2
 fi
+VARIANTS="${VARIANT_LIST[*]}" SEED=$((10#$SEED))  # as the steps read them: one space between variants, no leading 0
 
 source ./setup.sh
 if [ -z "$PRESET" ]; then

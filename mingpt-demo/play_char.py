@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -35,6 +37,7 @@ from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import UserError, bf16_supported, pick_device, seed_everything  # noqa: E402
 
 DEFAULT_INPUT = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
+MAX_SEED = 2**32 - 1  # numpy's seeds are 0..2**32-1
 
 
 @dataclass
@@ -76,7 +79,13 @@ def load_text(path: str | Path) -> str:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: not found; run `python data/get_data.py` first, or pass --input FILE")
-    return read_text(path)
+    if not path.is_file():  # checked before opening: a FIFO without a writer would block the read forever
+        kind = "a folder" if path.is_dir() else "a FIFO, device or socket"
+        raise UserError(f"--input {path}: is {kind}, not a regular file; give a UTF-8 text file")
+    try:
+        return read_text(path)
+    except UserError as e:
+        raise UserError(f"--input {e}; give a readable UTF-8 text file") from None
 
 
 class CharDataset(Dataset):
@@ -243,9 +252,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """The module docstring as written, and every flag's default."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def parse_args(argv: list[str] | None = None) -> DemoConfig:
     d = DemoConfig()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = Parser(prog="play_char.py", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--input", default=d.input, help="text to train on (default: Tiny Shakespeare from the data step)")
     p.add_argument("--block_size", type=int, default=d.block_size, help="context length in characters")
     p.add_argument("--n_layer", type=int, default=d.n_layer, help="transformer blocks")
@@ -275,15 +291,30 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
         if getattr(args, flag) < 0:
             p.error(f"--{flag} must not be negative")
     if not 0 <= args.val_fraction < 1:
-        p.error("--val_fraction must be in [0, 1)")
-    if args.temperature <= 0:
-        p.error("--temperature must be positive (use --greedy for the likeliest character)")
+        p.error(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+    if not 0 <= args.dropout < 1:
+        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    if not (args.learning_rate > 0 and math.isfinite(args.learning_rate)):
+        p.error(f"--learning_rate must be a positive finite number, got {args.learning_rate}")
+    if not (args.temperature > 0 and math.isfinite(args.temperature)):
+        p.error(
+            f"--temperature must be a positive finite number (--greedy: the likeliest character), got {args.temperature}"
+        )
+    cores = os.cpu_count() or 1
+    if args.threads > cores:  # more threads than cores never helps, and torch overflows at 2**31
+        p.error(f"--threads must be from 0 (torch's default) to {cores}, this machine's CPU cores, got {args.threads}")
+    if not 0 <= args.seed <= MAX_SEED:
+        p.error(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}")
     args.top_k = args.top_k or None
     return DemoConfig(**vars(args))
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
+    """Entry point: returns 0, or 2 after a one-line error on bad input."""
+    try:
+        cfg = parse_args(argv)
+    except SystemExit as e:  # --help (0), or a bad flag (2) whose one line Parser printed
+        return int(e.code or 0)
     try:
         run(cfg)
     except UserError as e:

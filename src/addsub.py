@@ -25,6 +25,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import random
 import re
 import sys
@@ -63,6 +64,8 @@ IN_LEN = 9  # BOS sign d d op sign d d EOS
 OUT_LEN = 5  # BOS sign d d EOS
 SPLITS = ("train", "val", "test")
 SPLIT_SEED = 0
+MAX_SEED = 2**32 - 1  # the seeds run.sh and the demo take (numpy's range)
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def number_text(n: int) -> str:
@@ -97,7 +100,18 @@ def split_expressions(seed: int = SPLIT_SEED) -> dict[str, list[tuple[str, str]]
 
 
 def write_splits(data_dir: str | Path, seed: int = SPLIT_SEED) -> dict[str, int]:
-    """Write data_dir/{train,val,test}.txt, one 'input<TAB>output' line each; returns the counts."""
+    """Write data_dir/{train,val,test}.txt, one 'input<TAB>output' line each; returns the counts.
+
+    Every file is checked before any is written: a UserError leaves nothing behind.
+    """
+    check_output_dir(data_dir, "--data_dir")
+    for name in SPLITS:
+        target = Path(data_dir) / f"{name}.txt"
+        if os.path.lexists(target) and not target.is_file():  # renaming onto it would replace it
+            raise UserError(
+                f"--data_dir {data_dir}: {name}.txt is a folder, FIFO, device or broken link, not a regular file; "
+                "remove it or choose another --data_dir"
+            )
     counts = {}
     for name, pairs in split_expressions(seed).items():
         text = "".join(f"{x}\t{y}\n" for x, y in pairs)
@@ -105,6 +119,18 @@ def write_splits(data_dir: str | Path, seed: int = SPLIT_SEED) -> dict[str, int]
         write_text_atomic(Path(data_dir) / f"{name}.txt", text)
         counts[name] = len(pairs)
     return counts
+
+
+def check_output_dir(path: str | Path, flag: str) -> None:
+    """A one-line UserError naming `flag` unless `path` is a writable folder or one that can be made there."""
+    path = Path(path)
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:  # the nearest part that exists
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{flag} {path}: {existing} is not a folder; give a folder name")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: folder {existing} is not writable (permission denied); give another folder")
 
 
 def encode(text: str) -> list[int]:
@@ -135,10 +161,21 @@ def load_split(data_dir: str | Path, split: str) -> tuple[torch.Tensor, torch.Te
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     path = Path(data_dir) / f"{split}.txt"
-    if not path.is_file():
-        raise UserError(f"{path} not found; write the splits with `python src/addsub.py data --data_dir {data_dir}`")
+    write_them = f"write the splits with `python src/addsub.py data --data_dir {data_dir}`"
+    if Path(data_dir).exists() and not Path(data_dir).is_dir():
+        raise UserError(f"--data_dir {data_dir}: is not a folder; give the folder that holds the split files")
+    if not path.exists():
+        raise UserError(f"{path} not found; {write_them}")
+    if not path.is_file():  # a FIFO without a writer would block the read forever
+        raise UserError(f"{path}: is a folder, FIFO, device or socket, not a regular file; {write_them}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not valid UTF-8 (byte {e.start}); {write_them}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror}); {write_them}") from None
     src, tgt = [], []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(text.splitlines(), start=1):
         try:
             x, y = line.split("\t")
             x_ids, y_ids = encode(x), encode(y)
@@ -457,6 +494,17 @@ def check_settings(cfg: AddSubConfig, tcfg: TrainConfig) -> None:
             raise UserError(f"--{name} must be at least 0 and below 1, got {getattr(obj, name)}")
     if cfg.emb_dim % cfg.num_heads:
         raise UserError(f"--emb_dim {cfg.emb_dim} must be divisible by --num_heads {cfg.num_heads}")
+    if cfg.max_len < IN_LEN:  # the positions cover the longest sequence: the input's
+        raise UserError(f"--max_len must be at least {IN_LEN} (the input's tokens), got {cfg.max_len}")
+    if cfg.vocab_size < len(TOKENS):
+        raise UserError(f"--vocab_size must be at least {len(TOKENS)} (the task's tokens), got {cfg.vocab_size}")
+    check_seed(tcfg.seed)
+
+
+def check_seed(seed: int) -> None:
+    """A one-line UserError for a seed outside 0..2**32-1."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
 
 
 def lr_lambda(tcfg: TrainConfig, total_steps: int) -> Callable[[int], float]:
@@ -624,6 +672,8 @@ def config_from(saved: dict) -> AddSubConfig:
 
 def load_params(path: str | Path, device: torch.device | str = "cpu") -> AddSubTransformer:
     """Rebuild the model from a params file written by save_params, in eval mode."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block torch.load forever
+        raise UserError(f"--reading_params_path {path}: is a folder, FIFO, device or socket; give a params file")
     if not Path(path).is_file():
         raise UserError(
             f"params file {str(path)!r} not found; train one with `python src/addsub.py train --outputs_path {path}`"
@@ -677,7 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--outputs_path", default="addsub.params", help="params file to write (config + weights)")
     t.add_argument("--data_dir", default="data/addsub", help="folder with the split files")
     t.add_argument("--logdir", default="expt/addsub", help="TensorBoard root; each run gets a subfolder")
-    t.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    t.add_argument("--device", default="auto", choices=DEVICES, help="where to train")
     t.add_argument("--no_progress", action="store_true", help="hide the tqdm bar")
     _add_dataclass_flags(t, AddSubConfig)
     _add_dataclass_flags(t, TrainConfig)
@@ -686,7 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--reading_params_path", default="addsub.params", help="params file to load")
     e.add_argument("--split", default="test", help=f"one of {', '.join(SPLITS)}")
     e.add_argument("--data_dir", default="data/addsub", help="folder with the split files")
-    e.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    e.add_argument("--device", default="auto", choices=DEVICES, help="where to evaluate")
 
     a = sub.add_parser("ask", help="answer one expression")
     a.add_argument("expression", help="e.g. '12 + -30' or 'BOS POSITIVE 12 add NEGATIVE 30 EOS'")
@@ -697,6 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     """Do what args.command says: data, train, evaluate or ask."""
     if args.command == "data":
+        check_seed(args.seed)
         counts = write_splits(args.data_dir, args.seed)
         print(f"wrote {args.data_dir}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     elif args.command == "train":
@@ -713,6 +764,7 @@ def run_train(args: argparse.Namespace) -> None:
     check_settings(cfg, tcfg)
     check_output_file(args.outputs_path, "--outputs_path")
     check_output_file(f"{args.outputs_path}.json", "--outputs_path's sidecar")
+    check_output_dir(args.logdir, "--logdir")
     splits = {f"--data_dir's {s}.txt": Path(args.data_dir) / f"{s}.txt" for s in ("train", "val")}
     refuse_same_file(
         {"--outputs_path": args.outputs_path, "--outputs_path's sidecar": f"{args.outputs_path}.json"}, splits

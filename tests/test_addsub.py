@@ -1,6 +1,7 @@
 """AddSub specification: the data, the building blocks against plain loops, the
 masking, greedy decoding, the params files and the command line."""
 
+import dataclasses
 import math
 import os
 import re
@@ -120,6 +121,46 @@ def test_another_seed_gives_another_split():
     assert split_expressions(0)["test"] != split_expressions(1)["test"]
 
 
+@pytest.mark.parametrize("data_dir", ["a_file", "a_file/splits"])
+def test_data_into_a_path_through_a_file_is_a_one_line_error_that_writes_nothing(tmp_path, data_dir, capsys):
+    (tmp_path / "a_file").write_text("mine")
+    assert main(["data", "--data_dir", str(tmp_path / data_dir)]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "--data_dir" in err and "is not a folder" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "a_file"] and (tmp_path / "a_file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("data_dir", ["locked", "locked/splits"])
+def test_data_into_a_folder_without_write_permission_is_a_one_line_error(tmp_path, data_dir, monkeypatch, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)  # refused for a user; root passes it, so os.access answers as for a user
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: Path(p).resolve() != locked.resolve() and real_access(p, mode, **kw)
+    )
+    assert main(["data", "--data_dir", str(tmp_path / data_dir)]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "--data_dir" in err and "is not writable" in err
+    assert list(locked.iterdir()) == []
+
+
+def test_data_refuses_a_split_file_that_is_a_folder_before_writing_any(tmp_path, capsys):
+    (tmp_path / "test.txt").mkdir()
+    assert main(["data", "--data_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "test.txt is a folder" in err
+    assert list(tmp_path.iterdir()) == [tmp_path / "test.txt"]
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_data_seed_outside_0_to_2_32_is_a_one_line_error(tmp_path, seed, capsys):
+    assert main(["data", "--data_dir", str(tmp_path / "splits"), "--seed", seed]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "--seed" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_split_files_are_input_tab_output_lines(tmp_path):
     write_splits(tmp_path)
     src, tgt = addsub.load_split(tmp_path, "val")
@@ -233,6 +274,13 @@ def test_attention_outputs_keep_torchs_dropout_as_every_recorded_run_was_trained
     model = AddSubTransformer(AddSubConfig())
     layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(layers) == 12 and all(type(m.resid_drop) is torch.nn.Dropout for m in layers)
+
+
+def test_the_smallest_max_len_and_vocab_size_hold_the_task():
+    cfg = dataclasses.replace(TINY, max_len=addsub.IN_LEN, vocab_size=len(addsub.TOKENS))
+    addsub.check_settings(cfg, addsub.TrainConfig())
+    src, tgt = random_batch()
+    assert torch.isfinite(addsub.sequence_loss(AddSubTransformer(cfg), src, tgt))
 
 
 def test_model_defaults_are_the_course_numbers():
@@ -424,7 +472,10 @@ def train_argv(out: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--epochs", "0"), ("--batch_size", "0"), ("--lr", "-1"), ("--lr", "nan"), ("--lr", "0")]
+    ("flag", "value"),
+    [("--epochs", "0"), ("--batch_size", "0"), ("--lr", "-1"), ("--lr", "nan"), ("--lr", "0")]
+    + [("--max_len", "1"), ("--max_len", "8"), ("--vocab_size", "5"), ("--vocab_size", "15")]
+    + [("--seed", "-1"), ("--seed", str(2**64)), ("--device", "tpu")],
 )
 def test_train_settings_no_training_can_use_are_one_line_errors_that_write_nothing(tmp_path, flag, value, capsys):
     out = tmp_path / "a.params"
@@ -463,3 +514,65 @@ def test_train_refuses_an_output_that_is_one_of_its_split_files(tmp_path, capsys
     err = capsys.readouterr().err
     assert one_line_error(err) and "is the same file as --data_dir's train.txt" in err
     assert (data / "train.txt").read_text() == before
+
+
+def test_evaluate_on_an_unknown_device_is_a_one_line_error(capsys):
+    assert main(["evaluate", "--device", "tpu"]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "--device" in err and "'cuda'" in err
+
+
+def test_train_on_cuda_without_a_gpu_is_a_one_line_error_that_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(train_argv(tmp_path / "a.params", "--device", "cuda")) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "--device cuda" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("logdir", ["a_file", "a_file/logs"])
+def test_train_with_a_logdir_through_a_file_is_refused_before_any_work(tmp_path, logdir, capsys):
+    (tmp_path / "a_file").write_text("mine")
+    assert main(train_argv(tmp_path / "a.params", "--logdir", str(tmp_path / logdir))) == 2
+    out, err = capsys.readouterr()
+    assert one_line_error(err) and "--logdir" in err and "is not a folder" in err
+    assert "parameters" not in out
+    assert list(tmp_path.iterdir()) == [tmp_path / "a_file"] and (tmp_path / "a_file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("bad", ["a folder", "not UTF-8"])
+def test_a_split_file_that_is_not_text_is_a_one_line_error(tmp_path, bad, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    if bad == "a folder":
+        (data / "train.txt").mkdir()
+    else:
+        (data / "train.txt").write_bytes(b"BOS \xff\n")
+    assert main(train_argv(tmp_path / "a.params", "--data_dir", str(data))) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "train.txt" in err and "addsub.py data" in err
+    assert sorted(tmp_path.iterdir()) == [data]
+
+
+def test_train_with_a_data_dir_that_is_a_file_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("mine")
+    assert main(train_argv(tmp_path / "a.params", "--data_dir", str(tmp_path / "a_file"))) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "--data_dir" in err and "is not a folder" in err
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_a_fifo_as_an_input_file_is_refused_without_opening_it(tmp_path, command):
+    """A FIFO without a writer would block the read forever: the subprocess must end at once."""
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(data / "train.txt")
+    os.mkfifo(tmp_path / "fifo.params")
+    argv = train_argv(tmp_path / "a.params", "--data_dir", str(data))
+    if command == "evaluate":
+        argv = ["evaluate", "--reading_params_path", str(tmp_path / "fifo.params")]
+    script = str(REPO / "src" / "addsub.py")
+    r = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    assert one_line_error(r.stderr) and "FIFO" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "fifo.params"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,45 @@ def test_prompt_outside_the_vocabulary_fails_before_training(speech, capsys):
     assert play_char.main(["--input", str(speech), "--prompt", "Zounds", *TINY_FLAGS]) == 2
     out, err = capsys.readouterr()
     assert "'Z'" in err and "--prompt" in err and "iter" not in out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--learning_rate", "nan"), ("--learning_rate", "-1"), ("--learning_rate", "inf"), ("--dropout", "1.5")]
+    + [("--dropout", "nan"), ("--temperature", "nan"), ("--temperature", "inf"), ("--seed", "-1")]
+    + [("--seed", str(2**40)), ("--max_iters", "-1"), ("--batch_size", "-3"), ("--threads", str(2**40))],
+)
+def test_a_setting_no_run_can_use_is_a_one_line_error_before_training(speech, flag, value, capsys):
+    assert play_char.main(["--input", str(speech), *TINY_FLAGS, flag, value]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"play_char.py: error: {flag} ") and err.count("\n") == 1
+    assert out == ""
+
+
+@pytest.mark.parametrize("bad", ["a folder", "not UTF-8"])
+def test_an_input_that_is_not_a_text_file_is_a_one_line_error_naming_input(tmp_path, bad, capsys):
+    path = tmp_path / "input.txt"
+    if bad == "a folder":
+        path.mkdir()
+    else:
+        path.write_bytes(SPEECH.encode() + b"\xff")
+    assert play_char.main(["--input", str(path), *TINY_FLAGS]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: --input {path}: ") and err.count("\n") == 1 and "iter" not in out
+
+
+def test_a_fifo_as_input_is_refused_without_opening_it(tmp_path):
+    """A FIFO without a writer would block the read forever: the subprocess must end at once."""
+    fifo = tmp_path / "input.txt"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, str(DEMO_DIR / "play_char.py"), "--input", str(fifo), *TINY_FLAGS]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"error: --input {fifo}: is a FIFO, device or socket, not a regular file; give a UTF-8 text file\n"
+    )
+    assert list(tmp_path.iterdir()) == [fifo]
 
 
 def test_real_tiny_shakespeare_has_65_characters():

@@ -41,6 +41,66 @@ def test_run_sh_names_each_bad_setting_before_any_step(tmp_path, setting, value)
     assert proc.stdout == "" and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("value", ["", " ", "\n\t "])
+def test_an_empty_or_blank_variants_is_refused_not_taken_for_all_three(tmp_path, value):
+    proc = run_sh(tmp_path, VARIANTS=value)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "run.sh: VARIANTS is empty; give some of: vanilla perceiver rope (or unset it for all three)"
+    ]
+    assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "word"),
+    [("--seed 5", "--seed"), ("--max_epochs 1 --seed=5", "--seed=5"), ("--see 5", "--see"), ("\t--seed\n5", "--seed")],
+)
+def test_extra_flags_that_set_the_seed_are_refused_in_favour_of_seed(tmp_path, flags, word):
+    proc = run_sh(tmp_path, EXTRA_FLAGS=flags)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"run.sh: EXTRA_FLAGS must not set the seed ('{word}'); set SEED instead, e.g. SEED=5"
+    ]
+    assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags", ["--preset handout", "--pres=cpu"])
+def test_extra_flags_that_set_the_preset_are_refused_in_favour_of_preset(tmp_path, flags):
+    proc = run_sh(tmp_path, EXTRA_FLAGS=flags)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("run.sh: EXTRA_FLAGS must not set the preset") and "set PRESET instead" in line
+    assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+def git_checkout() -> None:
+    if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout: run.sh cannot tell which files git tracks")
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute", "through a symlink"])
+def test_an_out_dir_holding_files_git_tracks_is_refused_and_left_as_it_was(tmp_path, how):
+    git_checkout()
+    results = REPO_ROOT / "bench" / "results"
+    (tmp_path / "link").symlink_to(results)
+    out_dir = {"relative": "bench/results", "absolute": str(results), "through a symlink": str(tmp_path / "link")}[how]
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in results.iterdir())
+    proc = run_sh(tmp_path, OUT_DIR=out_dir)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"run.sh: OUT_DIR '{out_dir}' holds files tracked by git (bench/results/")
+    assert proc.stdout == ""
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in results.iterdir()) == before
+
+
+def test_an_out_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "out").write_text("mine")
+    proc = run_sh(tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"run.sh: OUT_DIR '{tmp_path / 'out'}' is not a folder; give a folder name"]
+    assert proc.stdout == "" and (tmp_path / "out").read_text() == "mine"
+
+
 def test_run_sh_stops_at_the_first_failed_step_naming_it_and_its_log_and_writes_no_report(tmp_path):
     real_data("birth_dev.tsv")  # the London step before the failing one reads it
     proc = run_sh(tmp_path, EXTRA_FLAGS="--no_such_flag", PRESET="cpu")
@@ -141,14 +201,19 @@ def test_changed_requirements_reinstall(tmp_path):
 # run.sh's report step, in a fake checkout whose every python step only logs how it was called
 
 
-def report_call(tmp_path: Path, **settings: str) -> str:
-    """Run run.sh (preset cpu) in a fake checkout; the arguments it gave bench/report.py."""
+def fake_run(tmp_path: Path, **settings: str) -> tuple[str, str]:
+    """Run run.sh (preset cpu) in a fake checkout: (what it printed, how it called python)."""
     root = fake_checkout(tmp_path / "checkout")
     shutil.copy(REPO_ROOT / "run.sh", root / "run.sh")
     env = {**os.environ, "OUT_DIR": str(tmp_path / "out"), "PRESET": "cpu", **settings}
     proc = subprocess.run(["bash", str(root / "run.sh")], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    (line,) = [line for line in calls(root).splitlines() if line.startswith("bench/report.py")]
+    return proc.stdout, calls(root)
+
+
+def report_call(tmp_path: Path, **settings: str) -> str:
+    """The arguments a fake run (see fake_run) gave bench/report.py."""
+    (line,) = [line for line in fake_run(tmp_path, **settings)[1].splitlines() if line.startswith("bench/report.py")]
     return line
 
 
@@ -162,6 +227,23 @@ def test_a_recorded_run_names_the_settings_that_changed_what_ran(tmp_path):
     line = report_call(tmp_path, RECORD="1", TOTAL_MINUTES="90", VARIANTS="vanilla rope")
     assert line.endswith('--command VARIANTS="vanilla rope" TOTAL_MINUTES=90 bash run.sh --record')
     assert "--out" not in line
+
+
+@pytest.mark.parametrize("sep", ["\n", "\t", " \n\t "])
+def test_variants_are_words_on_any_whitespace(tmp_path, sep):
+    out, log = fake_run(tmp_path, VARIANTS=f"vanilla{sep}rope")
+    pretrained = [line.split()[2] for line in log.splitlines() if line.startswith("src/run.py pretrain ")]
+    assert pretrained == ["vanilla", "rope"]
+    assert "variants: vanilla rope;" in out and "each of the 2 pretrainings" in out
+
+
+def test_the_seed_every_step_uses_is_the_one_the_header_and_report_state(tmp_path):
+    out, log = fake_run(tmp_path, SEED="007", VARIANTS="rope")
+    steps = [line for line in log.splitlines() if line.startswith("src/run.py ")]
+    assert steps and all(" --seed 7" in line and line.count("--seed") == 1 for line in steps)
+    assert "seed 7," in out
+    (report,) = [line for line in log.splitlines() if line.startswith("bench/report.py")]
+    assert "--seed 7 " in report
 
 
 # ---------------------------------------------------------------------------
