@@ -29,10 +29,7 @@ from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions,
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS
 from params import load_params, read_sidecar, sidecar_path, stored_sizes
-from utils import ScalarWriter, UserError, check_output_file, find_data_file, write_json_atomic, write_text_atomic
-
-# How evaluate says a reader's answers were held to spans of its recitations (bench/ reads it in logs).
-COPYING_NOTE = "(the reader's ceiling); its answers are spans"
+from utils import ScalarWriter, UserError, find_data_file, write_json_atomic, write_text_atomic
 
 
 def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
@@ -59,12 +56,12 @@ def evaluate(
     for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
         if getattr(args, flag) is None:
             raise UserError(f"evaluate needs --{flag}")
-    for flag, output in (("--outputs_path", args.outputs_path), ("--scores_path", args.scores_path)):
-        check_output_file(output, flag)
-    check_output_file(sidecar_path(args.outputs_path), "--outputs_path's sidecar")
     path = find_data_file(args.eval_corpus_path, "eval corpus")
     entries, vocab = read_questions(path, require_place=False), corpus.vocab
     check_questions(entries, vocab, path)
+    for p in args.ensemble_params or []:
+        if reader_link(p) is not None:
+            raise UserError(f"--ensemble_params {p}: a recite reader cannot join an ensemble of direct answers")
     members = [(args.reading_params_path, model)]
     members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
     for params, member in members:
@@ -78,7 +75,7 @@ def evaluate(
         texts = recitations(args, vocab, questions, reader, device, str(path))
         share = recite.place_in_recitation(questions, texts)
         if not math.isnan(share):
-            print(f"the gold place is in {share:.1%} of the recitations {COPYING_NOTE}")
+            print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling); its answers are spans")
             found["place_in_recitation"] = share
     scores = answer_and_score(members, vocab, questions, texts, device, copy=reader is not None)
     found["seconds"] = time.time() - t0
@@ -149,7 +146,11 @@ def reader_link(params_path: str) -> tuple[Path, int] | None:
     side = read_sidecar(params_path) or {}
     if side.get("protocol") != "recite":
         return None
-    return recite.linked_pretrained(params_path, side), int(side["recite_chars"])
+    chars = side.get("recite_chars")
+    if not isinstance(chars, int) or isinstance(chars, bool) or not 1 <= chars <= BLOCK_SIZE - 3:
+        raise UserError(f"{params_path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to "
+                        f"{BLOCK_SIZE - 3} characters")  # fmt: skip
+    return recite.linked_pretrained(params_path, side), chars
 
 
 def recitations(

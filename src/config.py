@@ -269,7 +269,23 @@ def build_model(args: RunConfig, vocab_size: int, variant: str | None = None) ->
         raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
     if config.variant == "perceiver" and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
         raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {config.bottleneck_dim}")
+    check_memory(config)
     return GPT(config)
+
+
+def check_memory(config: GPTConfig) -> None:
+    """A UserError, before any allocation, for a model whose training (fp32 weights, gradients and AdamW's
+    two moments: 16 bytes a parameter) would not fit in this machine's memory."""
+    params = config.n_layer * 12 * config.n_embd**2 + (2 * config.vocab_size + config.block_size) * config.n_embd
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: no bound
+        return
+    if 16 * params > memory:
+        raise UserError(
+            f"--n_layer {config.n_layer} --n_embd {config.n_embd}: about {params / 1e6:,.0f}M parameters, "
+            f"{16 * params / 2**30:,.0f} GiB to train; this machine has {memory / 2**30:,.0f} GiB"
+        )
 
 
 def check_args(args: RunConfig) -> None:
@@ -282,6 +298,10 @@ def check_args(args: RunConfig) -> None:
         value = getattr(args, name)
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise UserError(f"--{name} must be a positive number, got {value}")
+    if not 1 <= args.bottleneck_dim <= BLOCK_SIZE:
+        raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {args.bottleneck_dim}")
+    if len(args.tb_expt_name) > 100:
+        raise UserError(f"--tb_expt_name is {len(args.tb_expt_name)} characters; at most 100 name a run folder")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UserError(f"--dropout must be at least 0 and below 1, got {args.dropout}")
     if args.ckpt_every < 0:

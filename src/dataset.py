@@ -59,7 +59,7 @@ def read_text(path: str | Path) -> str:
     """A whole UTF-8 file, or a UserError saying why it cannot be read."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
     except IsADirectoryError:
@@ -68,6 +68,11 @@ def read_text(path: str | Path) -> str:
         raise UserError(f"{path}: permission denied") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror})") from None
+    if text.startswith("\ufeff"):
+        raise UserError(f"{path}: starts with a UTF-8 byte-order mark; save it as UTF-8 without one")
+    return text
 
 
 # ---------------------------------------------------------------------------
@@ -101,14 +106,18 @@ class CharCorruptionDataset(Dataset):
         self.example_length = block_size - 1
         # Empty lines (e.g. after the final newline) are not documents.
         self.data = [line for line in data.split("\n") if line]
-        if not self.data:
-            raise UserError(f"{source}: contains no documents (no non-empty lines)")
-        # Documents as one padded id array, for vectorised batches.
+        if not any(line.strip() for line in self.data):
+            raise UserError(f"{source}: contains no documents (no line with anything but spaces)")
+        # Documents as padded id arrays, for vectorised batches: an example reads at most the first
+        # block_size characters of its document and the last max_offset of another (`doc_tails`, whose
+        # position j is character len - max_offset + j, or the first one of a shorter document).
         self.doc_lengths = np.array([len(d) for d in self.data], dtype=np.int64)
-        width = max(int(self.doc_lengths.max()), block_size)
-        self.doc_ids = np.zeros((len(self.data), width), dtype=np.int64)
+        self.doc_ids = np.zeros((len(self.data), block_size), dtype=np.int64)
+        self.doc_tails = np.zeros((len(self.data), max_offset), dtype=np.int64)
         for i, d in enumerate(self.data):
-            self.doc_ids[i, : len(d)] = self.vocab.encode(d)
+            self.doc_ids[i, : min(len(d), block_size)] = self.vocab.encode(d[:block_size])
+            if max_offset:
+                self.doc_tails[i] = self.vocab.encode("".join(d[max(k, 0)] for k in range(len(d) - max_offset, len(d))))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -146,8 +155,7 @@ class CharCorruptionDataset(Dataset):
         # What stands before the document: the last `offset` characters of another one.
         offset = rng.integers(0, self.max_offset + 1, n)[:, None]
         other = rng.integers(0, len(self.data), n)[:, None]
-        tail = np.clip(self.doc_lengths[other] - offset + p, 0, self.doc_ids.shape[1] - 1)
-        before = self.doc_ids[other, tail]
+        before = self.doc_tails[other, np.clip(self.max_offset - offset + p, 0, self.max_offset - 1)]
         body = np.take_along_axis(ids, np.clip(p - offset, 0, self.block_size - 1), axis=1)
         ids = np.where(p < offset, before, body)
         return ids, (L + 2 + offset)[:, 0]
@@ -198,6 +206,8 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
             fields = line.split("\t")
             if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
                 raise UserError(f"{path}:{n}: expected 'question<TAB>place' with both fields non-empty, got {line!r}")
+            if fields[1] != fields[1].strip():
+                raise UserError(f"{path}:{n}: the place {fields[1]!r} has spaces around it; remove them")
             out.append(Question(fields[0], fields[1], n))
         elif require_place:
             raise UserError(f"{path}:{n}: no tab; expected 'question<TAB>place', got {line!r}")

@@ -51,6 +51,8 @@ def read_sidecar(path: str | Path) -> dict | None:
         description = json.loads(side.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{side}: unreadable sidecar ({e})") from None
+    except OSError as e:
+        raise UserError(f"{side}: the params' sidecar cannot be read ({e.strerror})") from None
     if not isinstance(description, dict):
         kind = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}.get(
             type(description), "a number"
@@ -65,11 +67,11 @@ def stored_sizes(path: str | None, flag: str) -> dict:
     side = read_sidecar(path) if path is not None else None
     if side is None:
         return {}
-    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd") if k in side}
+    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if side.get(k) is not None}
     for key, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs at least 1")
-    return {**sizes, "bottleneck_dim": side["bottleneck_dim"]} if side.get("bottleneck_dim") else sizes
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs a whole number >= 1")
+    return sizes
 
 
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:

@@ -25,7 +25,6 @@ reader, and refuse pretrained params that are missing or changed since.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from confidence import person_name
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions
 from decode import continue_text
 from model import GPT
-from utils import UserError
+from utils import UserError, file_sha256
 
 RECITE_CHARS = 100  # characters of recollection (the prompt "X." included) on vanilla and rope
 ANSWER_ROOM = 16  # characters kept free for MASK, the place and its closing MASK (dev and train places fit)
@@ -94,15 +93,6 @@ def place_in_recitation(questions: list[Question], recitations: list[str]) -> fl
     """Share of recitations that contain their question's gold place: the ceiling of a reader that copies."""
     hits = [q.place in r for q, r in zip(questions, recitations, strict=True) if q.place is not None]
     return sum(hits) / len(hits) if hits else float("nan")
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, in hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def link_to_pretrained(reader_path: str | Path, pretrained_path: str | Path, chars: int) -> dict:

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import shlex
 import shutil
 import signal
 import sys
@@ -47,15 +48,17 @@ from config import (
 )
 from dataset import CharCorruptionDataset, NameDataset, read_text
 from model import GPT
-from params import load_params, save_params, sidecar_path
+from params import load_params, read_sidecar, save_params, sidecar_path
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
     REPO_ROOT,
     ScalarWriter,
     UserError,
     check_output_file,
+    file_sha256,
     find_data_file,
     pick_device,
+    provenance,
     refuse_same_file,
     seed_everything,
     torch_load_safe,
@@ -65,22 +68,25 @@ from utils import (
 # Checks and training
 
 
-def refuse_overwriting_inputs(args: RunConfig) -> None:
-    """No output of a command, nor a file written beside one (its .json sidecar, a params' .ckpt), may be
-    one of its inputs (where find_data_file reads them, params with their sidecars) or another output."""
+def data_files(args: RunConfig) -> dict[str, Path]:
+    """The data files a command names, by flag, where it reads them (a bare name missing here: in data/)."""
 
-    def located(name: str | None) -> Path | None:
-        if name is None:
-            return None
+    def located(name: str) -> Path:
         path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
         return candidate if not path.exists() and path.parent == Path(".") and candidate.is_file() else path
 
+    names = {"the pretraining corpus": args.pretrain_corpus_path, "--finetune_corpus_path": args.finetune_corpus_path,
+             "--eval_corpus_path": args.eval_corpus_path}  # fmt: skip
+    return {flag: located(name) for flag, name in names.items() if name is not None}
+
+
+def refuse_overwriting_inputs(args: RunConfig) -> None:
+    """No output of a command, nor a file written beside one (its .json sidecar, a params' .ckpt), may be
+    one of its inputs (its data files, params with their sidecars) or another output."""
     params = {"--reading_params_path": args.reading_params_path}
     params |= {f"--ensemble_params {p}": p for p in args.ensemble_params or []}
     inputs = {
-        "the pretraining corpus": located(args.pretrain_corpus_path),
-        "--finetune_corpus_path": located(args.finetune_corpus_path),
-        "--eval_corpus_path": located(args.eval_corpus_path),
+        **data_files(args),
         **params,
         **{f"{flag}'s sidecar": sidecar_path(p) for flag, p in params.items() if p is not None},
     }
@@ -94,14 +100,17 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
     if args.outputs_path is not None:
         outputs["--outputs_path's sidecar"] = sidecar_path(args.outputs_path)
     refuse_same_file(outputs, inputs)
+    for flag, output in outputs.items():  # before any work, not after hours of training
+        check_output_file(output, flag)
 
 
 # ---------------------------------------------------------------------------
 # Modes
 
 
-def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path) -> dict:
-    """The checkpoint to resume, after checking that it was made with this config (but for RESUME_MAY_CHANGE)."""
+def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path, data_sha256: dict[str, str]) -> dict:
+    """The checkpoint to resume, after checking that it was made with this config (but for RESUME_MAY_CHANGE)
+    on these data files (path -> SHA-256)."""
     if not ckpt_path.is_file():
         raise UserError(f"--resume: no checkpoint at {ckpt_path} (it is written next to --writing_params_path)")
     ckpt = torch_load_safe(ckpt_path)
@@ -113,22 +122,26 @@ def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path) -> dict:
             raise UserError(
                 f"--resume: {ckpt_path} was made with --{key} {saved.get(key)!r}, this command has {now[key]!r}"
             )
+    for path, sha in data_sha256.items():
+        if ckpt["extra"].get("data_sha256", {}).get(path) != sha:
+            raise UserError(f"--resume: {ckpt_path} was made on another {path}: its contents have changed since")
     return ckpt
 
 
 def train(
-    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
-) -> None:
+    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter,
+    command: str,
+) -> None:  # fmt: skip
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path."""
     if args.writing_params_path is None:
         raise UserError(f"{args.function} needs --writing_params_path")
-    check_output_file(args.writing_params_path, "--writing_params_path")
     if args.reading_params_path is not None:
         load_params(model, corpus.vocab, args.reading_params_path)  # checked even when resuming
     dataset, extra = training_data(args, corpus, model, device)
     cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length)
+    data = {str(path): file_sha256(path) for path in data_files(args).values()}
     ckpt_path = Path(cfg.ckpt_path)
-    ckpt = load_checkpoint_for_resume(args, ckpt_path) if args.resume else None
+    ckpt = load_checkpoint_for_resume(args, ckpt_path, data) if args.resume else None
     if ckpt is None and ckpt_path.exists():
         print(
             f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
@@ -136,7 +149,7 @@ def train(
     writer.add_text("config", json.dumps(asdict(args), indent=1))
     budget_seconds, fit = time_budget(args)
     announce(args, cfg, len(dataset), device, fit)
-    saved_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos)}
+    saved_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos), "data_sha256": data}
     trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar, extra=saved_with)
     pace = budget.attach(trainer, budget_seconds, fit)
     if ckpt is not None:
@@ -146,9 +159,10 @@ def train(
     with stop_on_signals(trainer):
         trainer.train()
     seconds = time.time() - t0
-    save_params(
-        model, corpus.vocab, args.writing_params_path, {"config": asdict(args), **run_record(trainer, pace), **extra}
-    )
+    parent = {"parent_sha256": file_sha256(args.reading_params_path)} if args.reading_params_path else {}
+    made = {"command": command, "data_sha256": data, **parent, **provenance(device)}
+    record = {"config": asdict(args), **made, **run_record(trainer, pace), **extra}
+    save_params(model, corpus.vocab, args.writing_params_path, record)
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
           end_of_run(trainer, ckpt_path))  # fmt: skip
 
@@ -166,6 +180,13 @@ def training_data(
 ) -> tuple[CharCorruptionDataset | NameDataset, dict]:
     """What this command trains on (the corpus, the finetune questions, or a recite reader's
     recitations) and what its sidecar adds (a reader's link to its pretrained params)."""
+    start = args.reading_params_path
+    if start is not None and (read_sidecar(start) or {}).get("protocol") == "recite":
+        if args.recite:
+            raise UserError(
+                f"--reading_params_path {start} is a recite reader; --recite recites with pretrained params"
+            )
+        print(f"note: {start} is a recite reader: training starts from its weights and answers directly")
     if args.function == "pretrain":
         return corpus, {}
     if args.finetune_corpus_path is None:
@@ -282,8 +303,9 @@ def command_config(argv: list[str]) -> RunConfig:
     return config
 
 
-def run(args: RunConfig) -> None:
-    """Do what the resolved command says (UserError for a mistake, TrainingInterrupted after a signal)."""
+def run(args: RunConfig, command: str = "") -> None:
+    """Do what the resolved command says (UserError for a mistake, TrainingInterrupted after a signal);
+    `command` is the command line, as the params' sidecar records it."""
     refuse_overwriting_inputs(args)
     seed_everything(args.seed)
     device = pick_device(args.device)
@@ -301,7 +323,7 @@ def run(args: RunConfig) -> None:
         if args.function == "evaluate":
             evaluate(args, corpus, model, device, writer)
         else:
-            train(args, corpus, model, device, writer)
+            train(args, corpus, model, device, writer, command)
     except TrainingInterrupted:
         raise  # resumable: its logs stay
     except BaseException:
@@ -325,21 +347,22 @@ def tensorboard_folder(args: RunConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        config = command_config(sys.argv[1:] if argv is None else argv)
+        config = command_config(argv)
     except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
         return int(e.code or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        run(config)
+        run(config, shlex.join(["python", "src/run.py", *argv]))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:
-        command = " ".join(["python", "src/run.py", *(argv if argv is not None else sys.argv[1:])])
-        resume = command if "--resume" in command else f"{command} --resume"
+        command = shlex.join(["python", "src/run.py", *argv])
+        resume = command if "--resume" in argv else f"{command} --resume"
         print(f"interrupted: checkpoint written to {e}; to continue: {resume}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:

@@ -4,12 +4,17 @@ safe outputs, seeding, and finding data files."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
+import hashlib
 import json
 import os
 import pickle
+import platform
 import random
 import secrets
 import stat
+import subprocess
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +141,41 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {path}: folder {parent} is not writable (permission denied)")
+    longest = _name_max(parent) - len(".ckpt")  # room for the files written beside it
+    if len(os.fsencode(target.name)) > longest:
+        raise UserError(f"{flag} {path}: the name is {len(os.fsencode(target.name))} bytes; at most {longest} fit")
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def _temporary_stem(target: Path) -> str:
+    """The start of the temporary names of writes to `target`: short enough for any name's temporary."""
+    return "." + os.fsencode(target.name)[:200].decode(errors="ignore")
+
+
+def remove_stale_temporaries(target: Path) -> None:
+    """Delete the temporaries that writes to `target` by processes no longer running left behind (a kill
+    during a write); a running process's temporary is left alone."""
+    stem = _temporary_stem(target)
+    for tmp in target.parent.glob(f"{glob.escape(stem)}.*-*.tmp"):
+        pid = tmp.name[len(stem) + 1 :].split("-")[0]
+        if pid.isdigit() and not _running(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @contextlib.contextmanager
@@ -152,8 +192,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     if not parent.is_dir():
         raise UserError(f"{path}: folder {parent} does not exist")
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
+    remove_stale_temporaries(target)
     while True:
-        tmp = parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        tmp = parent / f"{_temporary_stem(target)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
         try:  # 0o666: the kernel applies the umask, as for any new file (mkstemp would make it 0600)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             break
@@ -161,12 +202,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             continue
         except PermissionError:
             raise UserError(f"{path}: cannot write in folder {parent} (permission denied)") from None
+        except OSError as e:
+            raise UserError(f"{path}: cannot be written ({e.strerror})") from None
     os.close(fd)
     try:
         if old_mode is not None:
             os.chmod(tmp, old_mode)
         yield tmp
         os.replace(tmp, target)
+    except OSError as e:  # a full disk, a quota: the old file stays
+        raise UserError(f"{path}: cannot be written ({e.strerror}); the previous file, if any, is intact") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -186,7 +231,10 @@ def write_json_atomic(path: str | Path, obj: object) -> None:
 def torch_save_atomic(obj: object, path: str | Path) -> None:
     """torch.save `obj` to `path` atomically (see atomic_path)."""
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        try:
+            torch.save(obj, tmp)
+        except RuntimeError as e:  # torch's writer reports a failed write (a full disk) this way
+            raise OSError(errno.EIO, str(e).splitlines()[0]) from None
 
 
 def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
@@ -205,8 +253,11 @@ def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, st
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (RuntimeError, OSError):  # a symlink loop: compare the names as given
+        return a.absolute() == b.absolute()
     try:
         return os.path.samefile(a, b)
     except OSError:  # one of them does not exist (yet)
@@ -233,6 +284,42 @@ def torch_load_safe(path: str | Path) -> object:
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def provenance(device: torch.device) -> dict:
+    """Where a result was made: the commit of this checkout ("+changes" when files differ from it, None
+    outside git), the CPU, the device, the threads and the versions of torch and Python."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), None)
+    return {
+        "commit": commit and commit + ("+changes" if changes else ""),
+        "machine": {"cpu": cpu or platform.processor(), "device": str(device), "threads": torch.get_num_threads(),
+                    "torch": torch.__version__, "python": platform.python_version()},
+    }  # fmt: skip
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def find_data_file(name: str | None, what: str) -> Path | None:

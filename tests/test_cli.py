@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import pickle
@@ -767,3 +768,17 @@ def test_the_handouts_recipe_on_a_cpu_says_early_what_it_costs_and_names_the_cpu
     out = capsys.readouterr().out
     assert "note: the handout's recipe is made for a GPU" in out and "--preset cpu" in out
     assert re.search(r"at [\d.]+ s per epoch the 649 epochs left take about \d+ min", out)  # after the first epoch
+
+
+def test_the_params_sidecar_says_where_the_params_came_from(tiny_corpus, tiny_train_tsv):
+    assert pretrain("vanilla", tiny_corpus) == 0
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", "pt.params") == 0
+    side = json.loads(Path("ft.params.json").read_text(encoding="utf-8"))
+    assert (
+        side["command"].startswith("python src/run.py finetune vanilla ") and "--reading_params_path" in side["command"]
+    )
+    assert side["parent_sha256"] == hashlib.sha256(Path("pt.params").read_bytes()).hexdigest()
+    data = {str(tiny_corpus): tiny_corpus, str(tiny_train_tsv): tiny_train_tsv}
+    assert side["data_sha256"] == {k: hashlib.sha256(p.read_bytes()).hexdigest() for k, p in data.items()}
+    assert side["commit"] is None or len(side["commit"].removesuffix("+changes")) == 40
+    assert {"cpu", "device", "threads", "torch", "python"} <= set(side["machine"])

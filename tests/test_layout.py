@@ -27,9 +27,13 @@ def test_the_cli_module_holds_at_most_400_lines():
 
 
 # src/ without the AddSub demo held 2,775 lines before the refactor into one path and one config,
-# and 3,360 after it with the recite protocol, answer copying and the thread choice added; the
-# ceiling keeps new code from growing it unnoticed (raise it on purpose, saying why, or cut).
-SRC_LINES_CEILING = 3400
+# 3,360 after it with the recite protocol, answer copying and the thread choice added, 3,381 once
+# the loop's policy moved to budget.py, the parser came from RunConfig and DDP left, and about
+# 3,570 with the guards against hostile input (sidecars checked field by field, model sizes bounded
+# before allocation, name limits, stale temporaries, flags refused outside their command, where a
+# params file came from). The ceiling keeps new code from growing it unnoticed (raise it on
+# purpose, saying why, or cut).
+SRC_LINES_CEILING = 3600
 
 
 def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():

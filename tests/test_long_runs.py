@@ -155,3 +155,15 @@ utils.torch_save_atomic({{"w": torch.zeros(3)}}, {str(target)!r})
     proc = subprocess.run([sys.executable, "-c", script])
     assert proc.returncode == -signal.SIGKILL
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))
+
+
+def test_resume_on_a_changed_corpus_is_refused(tiny_corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", *TINY_MODEL,
+            "--batch_size", "2", "--device", "cpu", "--max_steps", "2"]  # fmt: skip
+    assert run.main(argv) == 0 and Path("pt.params.ckpt").is_file()
+    tiny_corpus.write_text(tiny_corpus.read_text() + "Ada Lovelace was born again in Paris.\n")
+    capsys.readouterr()
+    assert run.main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"was made on another {tiny_corpus}: its contents have changed since" in err

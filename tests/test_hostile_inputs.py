@@ -1,0 +1,294 @@
+"""Specification of run.py against hostile input: each mistake is one line on stderr, exit code 2, and
+nothing written or left behind (no params, no sidecar, no TensorBoard folder); no kill or full disk
+loses a file that was there."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_MODEL
+
+import run
+from utils import UserError, atomic_path, torch_save_atomic, write_text_atomic
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def refused(capsys, argv: list, *fragments: str) -> str:
+    """Run run.py's main on argv and check the refusal: exit 2, one line holding every fragment."""
+    assert run.main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+def nothing_written(*names: str) -> bool:
+    return not any(Path(n).exists() for n in names) and not Path("expt").exists()
+
+
+def pretrain(corpus, *extra) -> list:
+    return ["pretrain", "vanilla", corpus, "--writing_params_path", "pt.params", *TINY_MODEL, "--max_steps", 2, *extra]
+
+
+def finetuned(corpus, tsv, name: str = "ft.params", *extra) -> str:
+    argv = ["finetune", "vanilla", corpus, "--writing_params_path", name, "--finetune_corpus_path", tsv]
+    assert run.main([str(a) for a in [*argv, *TINY_MODEL, "--max_steps", 2, *extra]]) == 0
+    return name
+
+
+def evaluate(corpus, params, tsv, *extra) -> list:
+    return ["evaluate", "vanilla", corpus, "--reading_params_path", params, "--eval_corpus_path", tsv,
+            "--outputs_path", "out.predictions", *TINY_MODEL, *extra]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# Training that goes wrong
+
+
+@pytest.mark.parametrize("argv", [["--pretrain_lr", "1e30"]])
+def test_a_loss_that_becomes_nan_stops_training_and_writes_no_params(tiny_corpus, capsys, argv):
+    refused(capsys, pretrain(tiny_corpus, *argv, "--max_steps", 20), "the loss became nan", "lower the learning rate")
+    assert not Path("pt.params").exists() and not Path("pt.params.json").exists()
+
+
+def test_a_finetune_whose_loss_becomes_nan_writes_no_params(tiny_corpus, tiny_train_tsv, capsys):
+    argv = ["finetune", "vanilla", tiny_corpus, "--writing_params_path", "ft.params", "--finetune_lr", "1e30",
+            "--finetune_corpus_path", tiny_train_tsv, *TINY_MODEL, "--max_steps", 20]  # fmt: skip
+    refused(capsys, argv, "the loss became nan")
+    assert not Path("ft.params").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--n_embd", "10000000", "--n_head", "8"], "GiB to train; this machine has"),
+     (["--n_layer", "1000000"], "GiB to train; this machine has")],
+)  # fmt: skip
+def test_a_model_too_large_for_the_memory_is_refused_before_it_is_built(tiny_corpus, capsys, argv, message):
+    refused(capsys, ["pretrain", "vanilla", tiny_corpus, "--writing_params_path", "pt.params", *argv], message)
+    assert nothing_written("pt.params")
+
+
+def test_a_bottleneck_length_out_of_range_is_refused_for_every_variant(tiny_corpus, capsys):
+    refused(capsys, pretrain(tiny_corpus, "--bottleneck_dim", "-5"), "--bottleneck_dim must be between 1 and 128")
+
+
+def test_a_long_tensorboard_name_is_refused_before_any_folder_is_made(tiny_corpus, capsys):
+    refused(capsys, pretrain(tiny_corpus, "--tb_expt_name", "x" * 300), "--tb_expt_name is 300 characters")
+    assert nothing_written("pt.params")
+
+
+# ---------------------------------------------------------------------------
+# Names and paths
+
+
+def test_an_output_name_too_long_for_its_checkpoint_beside_it_is_refused_before_training(tiny_corpus, capsys):
+    name = "p" * 252
+    refused(capsys, ["pretrain", "vanilla", tiny_corpus, "--writing_params_path", name, *TINY_MODEL],
+            "--writing_params_path", "the name is 252 bytes; at most 250 fit")  # fmt: skip
+    assert nothing_written(name)
+
+
+def test_a_legal_long_output_name_trains_and_writes_its_files(tiny_corpus):
+    name = "p" * 243  # its temporaries and .ckpt must stay within the 255-byte name limit
+    assert run.main([str(a) for a in pretrain(tiny_corpus)[:3]] + ["--writing_params_path", name, *TINY_MODEL,
+                    "--max_steps", "2"]) == 0  # fmt: skip
+    assert Path(name).is_file() and Path(f"{name}.json").is_file()
+
+
+@pytest.mark.parametrize("role", ["corpus", "eval corpus", "output"])
+def test_a_symlink_loop_is_a_one_line_error(tiny_corpus, tiny_dev_tsv, tiny_train_tsv, capsys, role):
+    Path("loop").symlink_to("loop")
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    argv = {
+        "corpus": pretrain("loop"),
+        "eval corpus": evaluate(tiny_corpus, params, "loop"),
+        "output": ["evaluate", "vanilla", tiny_corpus, "--reading_params_path", params, "--eval_corpus_path",
+                   tiny_dev_tsv, "--outputs_path", "loop", *TINY_MODEL],
+    }[role]  # fmt: skip
+    refused(capsys, argv, "loop")
+
+
+# ---------------------------------------------------------------------------
+# Data
+
+
+def test_a_corpus_starting_with_a_byte_order_mark_is_refused(tiny_corpus, capsys):
+    tiny_corpus.write_text("\ufeff" + tiny_corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    refused(capsys, pretrain(tiny_corpus), "byte-order mark")
+    assert nothing_written("pt.params")
+
+
+def test_a_corpus_of_blank_lines_is_refused(tmp_path, capsys):
+    corpus = tmp_path / "blank.txt"
+    corpus.write_text("\n  \n\t\n   \n", encoding="utf-8")
+    refused(capsys, pretrain(corpus), "contains no documents")
+
+
+def test_a_place_with_spaces_around_it_is_refused_naming_its_line(tiny_corpus, tiny_train_tsv, tmp_path, capsys):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    dev = tmp_path / "spaced.tsv"
+    dev.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Carl Gauss born?\tBrunswick \n", encoding="utf-8")
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, params, dev), "spaced.tsv:2", "'Brunswick ' has spaces around it")
+
+
+def test_a_document_far_longer_than_the_block_costs_no_more_memory_than_the_block(tmp_path):
+    from dataset import CharCorruptionDataset
+
+    ds = CharCorruptionDataset("a short one\n" + "x" * 1_000_000 + "\n", 128, max_offset=14)
+    assert ds.doc_ids.shape == (2, 128) and ds.doc_tails.shape == (2, 14)
+
+
+# ---------------------------------------------------------------------------
+# Sidecars are inputs too
+
+
+def sidecar_with(params: str, **fields) -> None:
+    side = Path(f"{params}.json")
+    side.write_text(json.dumps({**json.loads(side.read_text(encoding="utf-8")), **fields}), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [({"bottleneck_dim": "x"}, "its sidecar gives bottleneck_dim 'x'"),
+     ({"n_embd": 10_000_000, "n_head": 8}, "GiB to train"),
+     ({"n_layer": True}, "its sidecar gives n_layer True")],
+)  # fmt: skip
+def test_a_sidecar_with_bad_sizes_is_refused_before_a_model_is_built(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, fields, message
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    sidecar_with(params, **fields)
+    capsys.readouterr()
+    refused(capsys, ["evaluate", "vanilla", tiny_corpus, "--reading_params_path", params, "--eval_corpus_path",
+                     tiny_dev_tsv, "--outputs_path", "out.predictions"], message)  # fmt: skip
+    assert not Path("out.predictions").exists()
+
+
+def test_a_sidecar_that_cannot_be_read_is_a_one_line_error(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, monkeypatch
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    real = Path.read_text
+
+    def denied(self: Path, *args, **kwargs) -> str:
+        if self.name == f"{params}.json":
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv), "sidecar cannot be read (Permission denied)")
+
+
+def reader(corpus: Path, tsv: Path) -> str:
+    pretrained = ["pretrain", "vanilla", corpus, "--writing_params_path", "pt.params", *TINY_MODEL, "--max_steps", 2]
+    assert run.main([str(a) for a in pretrained]) == 0
+    return finetuned(corpus, tsv, "reader.params", "--reading_params_path", "pt.params", "--recite",
+                     "--recite_chars", "40")  # fmt: skip
+
+
+@pytest.mark.parametrize("chars", [None, "abc", 100000, -5, True])
+def test_a_readers_sidecar_with_a_bad_recitation_length_is_refused(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, chars
+):
+    params = reader(tiny_corpus, tiny_train_tsv)
+    sidecar_with(params, recite_chars=chars)
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv), f"its sidecar gives recite_chars {chars!r}")
+
+
+def test_a_reader_cannot_recite_for_a_new_reader(tiny_corpus, tiny_train_tsv, capsys):
+    params = reader(tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    argv = ["finetune", "vanilla", tiny_corpus, "--reading_params_path", params, "--recite", "--writing_params_path",
+            "r2.params", "--finetune_corpus_path", tiny_train_tsv, *TINY_MODEL]  # fmt: skip
+    refused(capsys, argv, f"--reading_params_path {params} is a recite reader")
+    assert not Path("r2.params").exists()
+
+
+def test_a_reader_cannot_join_an_ensemble_of_direct_answers(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
+    params = reader(tiny_corpus, tiny_train_tsv)
+    direct = finetuned(tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, direct, tiny_dev_tsv, "--ensemble_params", params),
+            f"--ensemble_params {params}: a recite reader cannot join")  # fmt: skip
+
+
+def test_finetuning_directly_from_a_reader_says_so_and_records_where_it_started(tiny_corpus, tiny_train_tsv, capsys):
+    params = reader(tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    finetuned(tiny_corpus, tiny_train_tsv, "direct.params", "--reading_params_path", params)
+    assert f"note: {params} is a recite reader" in capsys.readouterr().out
+    side = json.loads(Path("direct.params.json").read_text(encoding="utf-8"))
+    assert side["config"]["reading_params_path"] == params and "parent_sha256" in side and "protocol" not in side
+
+
+def test_every_ensemble_params_flag_adds_its_models(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
+    names = [finetuned(tiny_corpus, tiny_train_tsv, f"m{i}.params", "--seed", i) for i in range(3)]
+    capsys.readouterr()
+    argv = evaluate(tiny_corpus, names[0], tiny_dev_tsv, "--ensemble_params", names[1], "--ensemble_params", names[2])
+    assert run.main([str(a) for a in argv]) == 0
+    assert "ensemble of 3 models" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------
+# Writes that a kill or a full disk interrupts
+
+
+def test_a_full_disk_while_saving_is_one_line_naming_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    target = tmp_path / "x.params"
+    target.write_bytes(b"old")
+
+    def full(obj, f):
+        Path(f).write_bytes(b"part")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed\nmore")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(UserError, match=r"x.params: cannot be written \(PytorchStreamWriter failed"):
+        torch_save_atomic({"w": torch.zeros(2)}, target)
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["x.params"]
+
+
+def test_a_full_disk_while_writing_text_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "out.predictions"
+    target.write_text("old\n")
+    monkeypatch.setattr(
+        Path, "write_text", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+    )
+    with pytest.raises(UserError, match="out.predictions: cannot be written \\(No space left on device\\)"):
+        write_text_atomic(target, "new\n")
+    assert target.read_text() == "old\n" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_write_removes_the_temporaries_a_killed_write_left_and_spares_a_running_ones(tmp_path):
+    target = tmp_path / "x.params"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".x.params.{int(dead.stdout)}-0123abcd.tmp"
+    live = tmp_path / f".x.params.{os.getpid()}-4567cdef.tmp"
+    stale.write_bytes(b"half")
+    live.write_bytes(b"in progress")
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"new")
+    assert not stale.exists() and live.exists() and target.read_bytes() == b"new"
+
+
+def test_a_temporary_name_stays_within_the_name_limit_for_the_longest_legal_name(tmp_path):
+    target = tmp_path / ("n" * 250)
+    with atomic_path(target) as tmp:
+        assert len(tmp.name.encode()) <= 255
+        tmp.write_bytes(b"x")
+    assert target.read_bytes() == b"x"
