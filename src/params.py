@@ -11,7 +11,7 @@ import torch
 
 from dataset import Vocabulary
 from model import GPT, GPTConfig
-from utils import UserError, torch_load_safe, torch_save_atomic, write_json_atomic
+from utils import UserError, file_sha256, torch_load_safe, torch_save_atomic, write_json_atomic
 
 
 def sidecar_path(params_path: str | Path) -> Path:
@@ -38,8 +38,10 @@ def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
     what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     torch_save_atomic(state, path)
+    # The two files are renamed one after the other: a kill between them leaves the new params beside
+    # the old sidecar, which the params' SHA-256 tells apart on loading.
     description = {**model_description(model.config, vocab), "model": asdict(model.config)}
-    write_json_atomic(sidecar_path(path), {**description, **extra})
+    write_json_atomic(sidecar_path(path), {**description, "params_sha256": file_sha256(path), **extra})
 
 
 def read_sidecar(path: str | Path) -> dict | None:
@@ -85,6 +87,9 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
         if key in have and have[key] != want[key]:
             shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
             raise UserError(f"{path}: params do not fit this model: {key} {shown} (from {sidecar_path(p).name})")
+    if "params_sha256" in have and have["params_sha256"] != file_sha256(p):
+        raise UserError(f"{path}: its sidecar {sidecar_path(p).name} describes other params (a write of the two "
+                        "was interrupted?); train them again")  # fmt: skip
     state = torch_load_safe(p)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"{path}: not a state_dict of tensors")

@@ -14,7 +14,15 @@ folder is looked up in data/. --preset handout (the default) is the course's
 recipe; --preset cpu is this repository's recipe for a small CPU (README).
 """
 
+# ruff: noqa: E402 - the SIGINT handler below must come before torch is imported
+
 from __future__ import annotations
+
+import signal
+import sys
+
+if __name__ == "__main__":  # Ctrl-C while torch loads: a quiet exit, nothing has started yet
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))
 
 import argparse
 import contextlib
@@ -22,8 +30,6 @@ import dataclasses
 import json
 import shlex
 import shutil
-import signal
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -348,6 +354,7 @@ def tensorboard_folder(args: RunConfig) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
     argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here Ctrl-C is a KeyboardInterrupt
     try:
         config = command_config(argv)
     except SystemExit as e:  # --help, or a usage mistake argparse has said in one line

@@ -406,13 +406,18 @@ def test_evaluate_refuses_scores_onto_its_predictions(tiny_corpus, tiny_train_ts
     one_line_error(capsys, "--scores_path p.tsv is the same file as --outputs_path")
 
 
-def test_finetune_refuses_to_write_over_the_pretrained_params_it_reads(tiny_corpus, tiny_train_tsv, capsys):
+@pytest.mark.parametrize(
+    "out, read", [("pt.params", "--reading_params_path"), ("pt.params.json", "--reading_params_path's sidecar")]
+)
+def test_finetune_refuses_to_write_over_the_pretrained_params_it_reads_or_their_sidecar(
+    tiny_corpus, tiny_train_tsv, capsys, out, read
+):
     assert pretrain("vanilla", tiny_corpus) == 0
-    before = Path("pt.params").read_bytes()
+    before = Path(out).read_bytes()
     capsys.readouterr()
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, out="pt.params", reading="pt.params") == 2
-    one_line_error(capsys, "--writing_params_path pt.params is the same file as --reading_params_path")
-    assert Path("pt.params").read_bytes() == before
+    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, out=out, reading="pt.params") == 2
+    one_line_error(capsys, f"--writing_params_path {out} is the same file as {read}")
+    assert Path(out).read_bytes() == before
 
 
 def test_evaluate_refuses_predictions_onto_the_sidecar_of_the_params_it_reads(
@@ -424,15 +429,6 @@ def test_evaluate_refuses_predictions_onto_the_sidecar_of_the_params_it_reads(
     assert evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "ft.params.json") == 2
     one_line_error(capsys, "--outputs_path ft.params.json is the same file as --reading_params_path's sidecar")
     assert Path("ft.params.json").read_bytes() == before
-
-
-def test_finetune_refuses_params_onto_the_sidecar_of_the_params_it_reads(tiny_corpus, tiny_train_tsv, capsys):
-    assert pretrain("vanilla", tiny_corpus) == 0
-    before = Path("pt.params.json").read_bytes()
-    capsys.readouterr()
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, out="pt.params.json", reading="pt.params") == 2
-    one_line_error(capsys, "--writing_params_path pt.params.json is the same file as --reading_params_path's sidecar")
-    assert Path("pt.params.json").read_bytes() == before
 
 
 def test_finetune_refuses_a_params_name_whose_sidecar_is_its_question_file(tiny_corpus, tiny_train_tsv, capsys):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +294,21 @@ def test_a_temporary_name_stays_within_the_name_limit_for_the_longest_legal_name
         assert len(tmp.name.encode()) <= 255
         tmp.write_bytes(b"x")
     assert target.read_bytes() == b"x"
+
+
+def test_new_params_beside_an_old_sidecar_are_refused_as_a_pair_a_kill_split(tiny_corpus, tiny_train_tsv, capsys):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    old_sidecar = Path(f"{params}.json").read_bytes()
+    finetuned(tiny_corpus, tiny_train_tsv, params, "--seed", 1)  # the same sizes, other weights
+    Path(f"{params}.json").write_bytes(old_sidecar)  # as if killed between the two renames
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, params, tiny_train_tsv), f"its sidecar {params}.json describes other params")
+
+
+def test_ctrl_c_while_run_py_starts_exits_130_without_a_traceback(tiny_corpus):
+    cmd = [sys.executable, str(Path(run.__file__)), *[str(a) for a in pretrain(tiny_corpus)]]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # inside `import torch`, or soon after
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err

@@ -19,13 +19,17 @@ def run_sh(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(REPO_ROOT / "run.sh")], capture_output=True, text=True, env=env, timeout=300)
 
 
+def refused_before_any_step(proc: subprocess.CompletedProcess, tmp_path, line: str) -> None:
+    """run.sh said `line` alone on stderr, exit code 2, and ran nothing."""
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [line]
+    assert proc.stdout == "" and not (tmp_path / "out").exists()
+
+
 def test_run_sh_refuses_a_bad_setting_in_one_line_before_any_step(tmp_path):
     proc = run_sh(tmp_path, VARIANTS="bogus")
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
-        "run.sh: VARIANTS: unknown variant 'bogus'; choose from: vanilla perceiver rope"
-    ]
-    assert proc.stdout == "" and not (tmp_path / "out").exists()
+    refused_before_any_step(
+        proc, tmp_path, "run.sh: VARIANTS: unknown variant 'bogus'; choose from: vanilla perceiver rope"
+    )
 
 
 @pytest.mark.parametrize(
@@ -44,11 +48,8 @@ def test_run_sh_names_each_bad_setting_before_any_step(tmp_path, setting, value)
 @pytest.mark.parametrize("value", ["", " ", "\n\t "])
 def test_an_empty_or_blank_variants_is_refused_not_taken_for_all_three(tmp_path, value):
     proc = run_sh(tmp_path, VARIANTS=value)
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
-        "run.sh: VARIANTS is empty; give some of: vanilla perceiver rope (or unset it for all three)"
-    ]
-    assert proc.stdout == "" and not (tmp_path / "out").exists()
+    line = "run.sh: VARIANTS is empty; give some of: vanilla perceiver rope (or unset it for all three)"
+    refused_before_any_step(proc, tmp_path, line)
 
 
 @pytest.mark.parametrize(
