@@ -323,7 +323,10 @@ def run(args: RunConfig, command: str = "") -> None:
     if args.function == "ask":
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run
     log_dir = tensorboard_folder(args)
-    writer = SummaryWriter(log_dir=str(log_dir))
+    try:
+        writer = SummaryWriter(log_dir=str(log_dir))
+    except OSError as e:  # a full disk, a read-only folder
+        raise UserError(f"{log_dir}: the TensorBoard folder cannot be made ({e.strerror})") from None
     print(f"TensorBoard logs: {log_dir} (tensorboard --logdir expt)")
     try:
         if args.function == "evaluate":
@@ -334,7 +337,10 @@ def run(args: RunConfig, command: str = "") -> None:
         raise  # resumable: its logs stay
     except BaseException:
         writer.close()
-        shutil.rmtree(log_dir, ignore_errors=True)  # a failed command leaves no logs behind
+        shutil.rmtree(log_dir, ignore_errors=True)  # a failed command leaves no logs behind,
+        for folder in (log_dir.parent, log_dir.parent.parent):  # nor the empty folders made for them
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
     finally:
         writer.close()

@@ -62,7 +62,7 @@ def evaluate(corpus, params, tsv, *extra) -> list:
 @pytest.mark.parametrize("argv", [["--pretrain_lr", "1e30"]])
 def test_a_loss_that_becomes_nan_stops_training_and_writes_no_params(tiny_corpus, capsys, argv):
     refused(capsys, pretrain(tiny_corpus, *argv, "--max_steps", 20), "the loss became nan", "lower the learning rate")
-    assert not Path("pt.params").exists() and not Path("pt.params.json").exists()
+    assert nothing_written("pt.params", "pt.params.json")  # nor the TensorBoard folders made for the run
 
 
 def test_a_finetune_whose_loss_becomes_nan_writes_no_params(tiny_corpus, tiny_train_tsv, capsys):
