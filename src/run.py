@@ -18,11 +18,14 @@ recipe; --preset cpu is this repository's recipe for a small CPU (README).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
-if __name__ == "__main__":  # Ctrl-C while torch loads: a quiet exit, nothing has started yet
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))
+# Ctrl-C while torch loads: exit at once, quietly (nothing has started). os._exit, because an exception
+# raised inside an import can be swallowed there and leave a module half made.
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
 import argparse
 import contextlib
