@@ -804,17 +804,20 @@ def run_evaluate(args: argparse.Namespace) -> None:
 
 
 def run_ask(args: argparse.Namespace) -> None:
-    """addsub.py ask: the model's answer to one expression, and its value where it is well formed."""
+    """addsub.py ask: the model's answer to one expression, its value where it is well formed, and whether
+    it is right (the true value beside a wrong one)."""
     a, op, b = parse_expression(args.expression)
     model = load_params(args.reading_params_path)
     src = torch.tensor([encode(expression_text(a, op, b)[0])])
     answer = decode(model.generate(src)[0].tolist())
     m = re.fullmatch(r"BOS (POSITIVE|NEGATIVE) ([0-9]{2}) EOS", answer)
+    truth = a + b if op == "add" else a - b
     if m is None:
-        print(f"{answer}  (not a well-formed answer)")
-    else:
-        value = int(m.group(2)) * (-1 if m.group(1) == "NEGATIVE" else 1)
-        print(f"{answer}  ({a} {'+' if op == 'add' else '-'} {b} = {value})")
+        print(f"{answer}  (not a well-formed answer; the true value is {truth})")
+        return
+    value = int(m.group(2)) * (-1 if m.group(1) == "NEGATIVE" else 1)
+    verdict = "right" if value == truth else f"wrong: the true value is {truth}"
+    print(f"{answer}  (the model says {a} {'+' if op == 'add' else '-'} {b} is {value}; {verdict})")
 
 
 def main(argv: list[str] | None = None) -> int:

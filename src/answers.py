@@ -91,8 +91,10 @@ def evaluate(
         if not math.isnan(value):  # nan: an empty group
             writer.add_scalar(f"eval/{key}", value, 0)
     write_answers(args, entries, scores, found)
-    if "accuracy" not in found:
-        print(f"Predictions written to {args.outputs_path}; no targets provided")
+    targets = "" if "accuracy" in found else "; no targets provided"
+    print(
+        f"Predictions written to {args.outputs_path}, what evaluate found to {sidecar_path(args.outputs_path)}{targets}"
+    )
 
 
 def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore], found: dict) -> None:

@@ -75,7 +75,10 @@ def test_evaluate_without_places_says_no_targets(tiny_corpus, tiny_train_tsv, tm
     questions = tmp_path / "test.tsv"
     questions.write_text("".join(f"Where was {n} born?\n" for n, _ in PEOPLE[:3]), encoding="utf-8")
     assert evaluate("vanilla", tiny_corpus, "ft.params", questions, "test.predictions") == 0
-    assert "Predictions written to test.predictions; no targets provided" in capsys.readouterr().out
+    assert (
+        "Predictions written to test.predictions, what evaluate found to test.predictions.json; no targets provided"
+        in capsys.readouterr().out
+    )
     assert len(Path("test.predictions").read_text(encoding="utf-8").splitlines()) == 3
 
 
