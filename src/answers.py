@@ -53,15 +53,7 @@ def evaluate(
     With --ensemble_params, every model answers and each question takes the answer
     its own model scored highest (mean log-probability per character).
     """
-    for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
-        if getattr(args, flag) is None:
-            raise UserError(f"evaluate needs --{flag}")
-    path = find_data_file(args.eval_corpus_path, "eval corpus")
-    entries, vocab = read_questions(path, require_place=False), corpus.vocab
-    check_questions(entries, vocab, path)
-    for p in args.ensemble_params or []:
-        if reader_link(p) is not None:
-            raise UserError(f"--ensemble_params {p}: a recite reader cannot join an ensemble of direct answers")
+    path, entries, vocab = eval_questions(args, corpus.vocab)
     members = [(args.reading_params_path, model)]
     members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
     for params, member in members:
@@ -95,6 +87,20 @@ def evaluate(
     print(
         f"Predictions written to {args.outputs_path}, what evaluate found to {sidecar_path(args.outputs_path)}{targets}"
     )
+
+
+def eval_questions(args: RunConfig, vocab: Vocabulary) -> tuple[Path, list[Question | None], Vocabulary]:
+    """evaluate's checks of its flags, and its questions (one entry per line of --eval_corpus_path)."""
+    for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
+        if getattr(args, flag) is None:
+            raise UserError(f"evaluate needs --{flag}")
+    for p in args.ensemble_params or []:
+        if reader_link(p) is not None:
+            raise UserError(f"--ensemble_params {p}: a recite reader cannot join an ensemble of direct answers")
+    path = find_data_file(args.eval_corpus_path, "eval corpus")
+    entries = read_questions(path, require_place=False)
+    check_questions(entries, vocab, path)
+    return path, entries, vocab
 
 
 def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore], found: dict) -> None:
