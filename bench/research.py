@@ -6,7 +6,6 @@ place in the person's pretraining document, and how often are those answers righ
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
 import platform
 import sys
@@ -20,20 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from confidence import AnswerScore, evaluation_summary, person_name  # noqa: E402
 from dataset import Question, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
-from utils import UserError, bf16_supported  # noqa: E402
-
-
-def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
-    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", "flags", ...);
-    empty where there is no such file."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(path).read_text().splitlines():
-            if not line.strip():
-                break  # the first processor's block is enough
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    return fields
+from utils import UserError, bf16_supported, cpu_info  # noqa: E402
 
 
 def cpu_name() -> str:

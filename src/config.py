@@ -173,10 +173,10 @@ def resolve(typed: dict) -> RunConfig:
     stored_sizes), then what the user typed."""
     preset = typed.get("preset") or RunConfig.preset
     recite = bool(typed.get("recite"))
-    steps = PRESETS[preset][phase(typed["function"], recite, typed.get("reading_params_path"))]
+    preset_values = PRESETS[preset][phase(typed["function"], recite, typed.get("reading_params_path"))]
     stored = stored_sizes(typed.get("reading_params_path"), "--reading_params_path")
     given = {key: value for key, value in typed.items() if value is not None}
-    config = RunConfig(**{**steps, **stored, **given})
+    config = RunConfig(**{**preset_values, **stored, **given})
     if config.recite and config.recite_chars is None:
         config.recite_chars = default_recite_chars(config.variant, config.bottleneck_dim)
     return config

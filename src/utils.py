@@ -307,19 +307,24 @@ def provenance(device: torch.device) -> dict:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
-    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), None)
     return {
         "commit": commit and commit + ("+changes" if changes else ""),
-        "machine": {"cpu": cpu or platform.processor(), "device": str(device), "threads": torch.get_num_threads(),
+        "machine": {"cpu": cpu_info().get("model name") or platform.processor(), "device": str(device), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "python": platform.python_version()},
     }  # fmt: skip
 
 
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", "flags", ...);
+    empty where there is no such file."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                break  # the first processor's block is enough
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def find_data_file(name: str | None, what: str) -> Path | None:
