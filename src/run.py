@@ -293,9 +293,7 @@ def make_parser(command: str | None = None) -> Parser:
         group, commands = options.pop("group"), options.pop("commands")
         if command not in commands:
             continue
-        if group not in groups:
-            groups[group] = p.add_argument_group(group)
-        g = groups[group]
+        g = groups.get(group) or groups.setdefault(group, p.add_argument_group(group))
         options["help"] = options["help"] or argparse.SUPPRESS
         if options.pop("positional", False):
             g.add_argument(f.name, **options)

@@ -309,14 +309,13 @@ def provenance(device: torch.device) -> dict:
     commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
     return {
         "commit": commit and commit + ("+changes" if changes else ""),
-        "machine": {"cpu": cpu_info().get("model name") or platform.processor(), "device": str(device), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "python": platform.python_version()},
+        "machine": {"cpu": cpu_info().get("model name") or platform.processor(), "device": str(device),
+                    "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
     }  # fmt: skip
 
 
 def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
-    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", "flags", ...);
-    empty where there is no such file."""
+    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", ...); {} without it."""
     fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path(path).read_text().splitlines():
