@@ -3,7 +3,10 @@ beside it that says what model it fits; loading refuses any other model in one l
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import torch
 
 from dataset import Vocabulary
 from model import GPT, GPTConfig
-from utils import UserError, file_sha256, torch_load_safe, torch_save_atomic, write_json_atomic
+from utils import UserError, file_sha256, stale_temporaries, torch_load_safe, torch_save_atomic, write_json_atomic
 
 
 def sidecar_path(params_path: str | Path) -> Path:
@@ -21,31 +24,30 @@ def sidecar_path(params_path: str | Path) -> Path:
 
 def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
     """What a params file must agree on to be loaded: stored beside it as JSON."""
-    return {
-        "variant": config.variant,
-        "bottleneck_dim": config.bottleneck_dim if config.variant == "perceiver" else None,
-        "block_size": config.block_size,
-        "n_layer": config.n_layer,
-        "n_head": config.n_head,
-        "n_embd": config.n_embd,
-        "vocab_size": config.vocab_size,
-        "vocab": "".join(vocab.itos),
-    }
+    sizes = ("variant", "bottleneck_dim", "block_size", "n_layer", "n_head", "n_embd", "vocab_size")
+    description = {key: getattr(config, key) for key in sizes} | {"vocab": "".join(vocab.itos)}
+    if config.variant != "perceiver":  # only the perceiver has a bottleneck
+        description["bottleneck_dim"] = None
+    return description
 
 
 def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
     """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
-    what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    torch_save_atomic(state, path)
-    # The two files are renamed one after the other: a kill between them leaves the new params beside
-    # the old sidecar, which the params' SHA-256 tells apart on loading.
+    what loading checks (model_description), the GPTConfig as used under "model", and `extra`.
+    The sidecar, naming the new params' SHA-256, is renamed into place before the params: a kill
+    between the two leaves them in their temporary, where read_sidecar finds them."""
+    with contextlib.suppress(UserError):
+        read_sidecar(path)  # finishes a killed save before its temporary is removed as stale
     description = {**model_description(model.config, vocab), "model": asdict(model.config)}
-    write_json_atomic(sidecar_path(path), {**description, "params_sha256": file_sha256(path), **extra})
+
+    def write_sidecar(tmp: Path) -> None:
+        write_json_atomic(sidecar_path(path), {**description, "params_sha256": file_sha256(tmp), **extra})
+
+    torch_save_atomic({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, write_sidecar)
 
 
 def read_sidecar(path: str | Path) -> dict | None:
-    """The JSON sidecar of a params file, or None if it has none."""
+    """The JSON sidecar of a params file, or None if it has none; first finishes a save a kill interrupted."""
     side = sidecar_path(path)
     if not side.is_file():
         return None
@@ -56,11 +58,25 @@ def read_sidecar(path: str | Path) -> dict | None:
     except OSError as e:
         raise UserError(f"{side}: the params' sidecar cannot be read ({e.strerror})") from None
     if not isinstance(description, dict):
-        kind = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}.get(
-            type(description), "a number"
-        )
+        kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}
+        kind = kinds.get(type(description), "a number")
         raise UserError(f"{side}: not a params sidecar (JSON {kind}, expected an object); delete or fix it")
+    finish_killed_save(Path(path), description.get("params_sha256"))
     return description
+
+
+def finish_killed_save(path: Path, sha256: object) -> None:
+    """Rename onto params file `path` the temporary a killed save left with the params of SHA-256 `sha256`
+    (its sidecar's), unless `path` holds those already; a one-line note on stderr says so."""
+    target = Path(os.path.realpath(path))  # through a symlink, as the save wrote it
+    for tmp in stale_temporaries(target) if sha256 else []:
+        if file_sha256(tmp) == sha256 and not (target.is_file() and file_sha256(target) == sha256):
+            try:
+                os.replace(tmp, target)
+            except OSError as e:
+                raise UserError(f"{path}: cannot finish the save a kill interrupted ({e.strerror})") from None
+            print(f"note: {path}: finished the save a kill interrupted, from {tmp.name}", file=sys.stderr)
+            return
 
 
 def stored_sizes(path: str | None, flag: str) -> dict:
@@ -79,10 +95,10 @@ def stored_sizes(path: str | None, flag: str) -> dict:
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
     """Load `path` into `model`, refusing a file made for another model with a message naming the mismatch."""
     p = Path(path)
+    have = read_sidecar(p) or {}  # first: it may finish a killed save
     if not p.is_file():
         raise UserError(f"{path}: params file not found")
     want = model_description(model.config, vocab)
-    have = read_sidecar(p) or {}
     for key in want:
         if key in have and have[key] != want[key]:
             shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
@@ -94,18 +110,13 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise UserError(f"{path}: not a state_dict of tensors")
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or unexpected:
         kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
-        raise UserError(
-            f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
+        raise UserError(f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
+                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")  # fmt: skip
     for k, v in state.items():
         if v.shape != expected[k].shape:
-            raise UserError(
-                f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
-                "(another bottleneck_dim, vocabulary or model size?)"
-            )
+            raise UserError(f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
+                            "(another bottleneck_dim, vocabulary or model size?)")  # fmt: skip
     model.load_state_dict(state)

@@ -16,7 +16,7 @@ import secrets
 import stat
 import subprocess
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -158,14 +158,13 @@ def _temporary_stem(target: Path) -> str:
     return "." + os.fsencode(target.name)[:200].decode(errors="ignore")
 
 
-def remove_stale_temporaries(target: Path) -> None:
-    """Delete the temporaries that writes to `target` by processes no longer running left behind (a kill
-    during a write); a running process's temporary is left alone."""
+def stale_temporaries(target: Path) -> list[Path]:
+    """The temporaries that writes to `target` by processes no longer running left behind (a kill during a
+    write); a running process's temporary is not one."""
     stem = _temporary_stem(target)
-    for tmp in target.parent.glob(f"{glob.escape(stem)}.*-*.tmp"):
-        pid = tmp.name[len(stem) + 1 :].split("-")[0]
-        if pid.isdigit() and not _running(int(pid)):
-            tmp.unlink(missing_ok=True)
+    found = target.parent.glob(f"{glob.escape(stem)}.*-*.tmp")
+    pids = {tmp: tmp.name[len(stem) + 1 :].split("-")[0] for tmp in found}
+    return [tmp for tmp, pid in pids.items() if pid.isdigit() and not _running(int(pid))]
 
 
 def _running(pid: int) -> bool:
@@ -192,7 +191,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     if not parent.is_dir():
         raise UserError(f"{path}: folder {parent} does not exist")
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    remove_stale_temporaries(target)
+    for stale in stale_temporaries(target):
+        stale.unlink(missing_ok=True)
     while True:
         tmp = parent / f"{_temporary_stem(target)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
         try:  # 0o666: the kernel applies the umask, as for any new file (mkstemp would make it 0600)
@@ -209,12 +209,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if old_mode is not None:
             os.chmod(tmp, old_mode)
         yield tmp
+        _fsync(tmp)  # on disk before it is renamed into place: a crash leaves the old file or the new one
         os.replace(tmp, target)
     except OSError as e:  # a full disk, a quota: the old file stays
         raise UserError(f"{path}: cannot be written ({e.strerror}); the previous file, if any, is intact") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -228,13 +234,17 @@ def write_json_atomic(path: str | Path, obj: object) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
 
 
-def torch_save_atomic(obj: object, path: str | Path) -> None:
-    """torch.save `obj` to `path` atomically (see atomic_path)."""
+def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None) -> None:
+    """torch.save `obj` to `path` atomically (see atomic_path); once the temporary is written and on disk,
+    `before_rename(temporary)` runs just before the rename (save_params writes the params' sidecar there)."""
     with atomic_path(path) as tmp:
         try:
             torch.save(obj, tmp)
         except RuntimeError as e:  # torch's writer reports a failed write (a full disk) this way
             raise OSError(errno.EIO, str(e).splitlines()[0]) from None
+        if before_rename is not None:
+            _fsync(tmp)
+            before_rename(tmp)
 
 
 def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:

@@ -4,7 +4,10 @@ and never onto a command's own input."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +151,91 @@ def test_distinct_files_and_unset_flags_pass(tmp_path):
         {"--outputs_path": str(tmp_path / "a.p"), "--scores_path": None},
         {"--eval_corpus_path": str(tmp_path / "dev.tsv"), "--reading_params_path": None},
     )
+
+
+# ---------------------------------------------------------------------------
+# A params file and its sidecar are saved as a pair that a kill cannot split
+
+SAVE_KILLED = """
+import os, signal, sys, torch
+sys.path.insert(0, {src!r})
+import params
+from dataset import Vocabulary
+from model import GPT, GPTConfig
+real_replace = os.replace
+
+def replace(src, dst):  # the writer is killed just before it renames its own temporary onto `kill_before`
+    if str(dst).endswith({kill_before!r}) and f".{{os.getpid()}}-" in str(src):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_replace(src, dst)
+
+os.replace = replace
+torch.manual_seed({seed})
+params.save_params(GPT(GPTConfig(**{config!r})), Vocabulary(list("abc")), {path!r}, {{}})
+"""
+CONFIG = {"vocab_size": 5, "block_size": 8, "n_layer": 1, "n_head": 1, "n_embd": 8}
+
+
+def tiny_gpt(seed: int):
+    from model import GPT, GPTConfig
+
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**CONFIG))
+
+
+def save_in_a_process(path: Path, seed: int, kill_before: str = "nothing") -> int:
+    """save_params of tiny_gpt(seed) to `path` in another process, SIGKILLed just before it renames its
+    temporary onto the file whose name ends with `kill_before`; returns its exit code."""
+    script = SAVE_KILLED.format(src=str(Path(__file__).resolve().parents[1] / "src"), kill_before=kill_before,
+                                seed=seed, config=CONFIG, path=str(path))  # fmt: skip
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120).returncode
+
+
+def loaded(path: Path, capsys) -> tuple[int, str]:
+    """The seed of the tiny_gpt that load_params reads from `path`, and what it said on stderr."""
+    from dataset import Vocabulary
+    from params import load_params
+
+    model = tiny_gpt(99)
+    load_params(model, Vocabulary(list("abc")), str(path))
+    seeds = [s for s in range(3) if torch.equal(model.tok_emb.weight, tiny_gpt(s).tok_emb.weight)]
+    return seeds[0], capsys.readouterr().err
+
+
+@pytest.fixture
+def saved_pair(tmp_path):
+    from dataset import Vocabulary
+    from params import save_params
+
+    path = tmp_path / "x.params"
+    save_params(tiny_gpt(0), Vocabulary(list("abc")), str(path), {})
+    return path
+
+
+def test_a_save_killed_before_its_sidecar_is_renamed_keeps_the_old_pair(saved_pair, capsys):
+    assert save_in_a_process(saved_pair, seed=1, kill_before=".params.json") == -signal.SIGKILL
+    assert loaded(saved_pair, capsys) == (0, "")
+
+
+def test_a_save_killed_between_its_two_renames_is_finished_when_the_params_are_read(saved_pair, capsys):
+    assert save_in_a_process(saved_pair, seed=1, kill_before=".params") == -signal.SIGKILL
+    seed, err = loaded(saved_pair, capsys)
+    assert seed == 1 and err.startswith(f"note: {saved_pair}: finished the save a kill interrupted")
+    assert err.count("\n") == 1 and sorted(p.name for p in saved_pair.parent.iterdir()) == ["x.params", "x.params.json"]
+
+
+def test_a_first_save_killed_between_its_two_renames_is_finished_too(tmp_path, capsys):
+    path = tmp_path / "x.params"
+    assert save_in_a_process(path, seed=1, kill_before=".params") == -signal.SIGKILL
+    assert not path.exists() and loaded(path, capsys)[0] == 1
+
+
+def test_a_save_after_a_killed_one_keeps_the_killed_ones_pair_until_its_own_is_in_place(saved_pair, capsys):
+    assert save_in_a_process(saved_pair, seed=1, kill_before=".params") == -signal.SIGKILL
+    assert save_in_a_process(saved_pair, seed=2, kill_before=".params.json") == -signal.SIGKILL
+    assert loaded(saved_pair, capsys)[0] == 1
+
+
+def test_a_save_that_is_not_killed_replaces_the_pair(saved_pair, capsys):
+    assert save_in_a_process(saved_pair, seed=1) == 0
+    assert loaded(saved_pair, capsys) == (1, "")
