@@ -86,8 +86,11 @@ mkdir -p "$OUT_DIR" expt
 PRE_FLAGS="${PRETRAIN_EPOCHS:+--max_epochs $PRETRAIN_EPOCHS}"
 FT_FLAGS="${FINETUNE_EPOCHS:+--max_epochs $FINETUNE_EPOCHS}"
 NOPRE_FLAGS="${NOPRETRAIN_EPOCHS:+--max_epochs $NOPRETRAIN_EPOCHS}"
-COMMON="--preset $PRESET --seed $SEED $EXTRA_FLAGS"
-START=$SECONDS
+# One TensorBoard folder per run.sh, holding a folder per step named after what it did (run.py's run_role).
+TB_DIR="expt/run.sh_$(date +%Y%m%d-%H%M%S)_seed$SEED"
+COMMON="--preset $PRESET --seed $SEED --tb_dir $TB_DIR $EXTRA_FLAGS"
+START=$SECONDS STEP=0
+STEPS=$((3 + 7 * ${#VARIANT_LIST[@]} + (${#VARIANT_LIST[@]} > 1)))  # london, from scratch (2), 7 per variant, ensemble
 echo "run.sh: preset $PRESET, seed $SEED, variants: $VARIANTS; output in $OUT_DIR/"
 if [ "$PRESET" = cpu ]; then
   echo "run.sh: planned to take about $TOTAL_MINUTES minutes on this machine: the steps without pretraining" \
@@ -108,6 +111,11 @@ timed() {  # timed NAME command...: run it, log it, remember its wall-clock seco
     exit "$status"
   fi
   echo "$name $((SECONDS - t0))" >>"$OUT_DIR/times.txt"
+  STEP=$((STEP + 1))
+  local left="" elapsed=$((SECONDS - START))
+  if [ -n "${PLANNED_MINUTES:-}" ]; then left=$(awk -v p="$PLANNED_MINUTES" -v e="$elapsed" \
+    'BEGIN { l = p - e / 60; if (l > 0) printf ", about %.0f minutes left of the plan", l }'); fi
+  echo "run.sh: step $STEP of $STEPS done ($name, $((SECONDS - t0)) s); $((elapsed / 60)) minutes so far$left"
 }
 seconds_of() { awk -v n="$1" '$1 == n {print $2}' "$OUT_DIR/times.txt"; }
 : >"$OUT_DIR/times.txt"
@@ -125,13 +133,22 @@ BUDGET_FLAGS=""
 if [ "$PRESET" = cpu ]; then
   # Each pretraining gets an equal share of what is left once the other steps are set aside, as
   # estimated from the two steps just timed (config.pretrain_budget_minutes).
-  budget=$(python -c "import sys; sys.path.insert(0, 'src'); from config import pretrain_budget_minutes as minutes
-total, used, nopre, dev = map(float, sys.argv[1:5])
-print(f'{minutes(total, used, nopre, dev, sys.argv[5].split(), bottleneck_dim=int(sys.argv[6])):.1f}')" \
+  plan=$(python -c "import sys; sys.path.insert(0, 'src'); import config
+used, nopre, dev = map(float, sys.argv[2:5])
+epochs = [int(n) if n else None for n in sys.argv[7:9]]
+share, others = config.pretrain_budget_minutes(float(sys.argv[1]), used, nopre, dev, sys.argv[5].split(), int(sys.argv[6]), *epochs)
+print(f'{share:.1f} {others:.0f}')" \
     "$TOTAL_MINUTES" "$((SECONDS - START))" "$(seconds_of vanilla_nopretrain_finetune)" \
-    "$(seconds_of vanilla_nopretrain_dev)" "$VARIANTS" "$BOTTLENECK")
+    "$(seconds_of vanilla_nopretrain_dev)" "$VARIANTS" "$BOTTLENECK" "$NOPRETRAIN_EPOCHS" "$FINETUNE_EPOCHS")
+  read -r budget others <<<"$plan"
   BUDGET_FLAGS="--budget_minutes $budget"
   echo; echo "run.sh: $((SECONDS - START)) s so far; each pretraining gets $budget minutes"
+  PLANNED_MINUTES=$(awk -v o="$others" -v b="$budget" -v n="${#VARIANT_LIST[@]}" 'BEGIN { print o + b * n }')
+  if awk -v t="$TOTAL_MINUTES" -v p="$PLANNED_MINUTES" 'BEGIN { exit !(p > 1.05 * t) }'; then
+    echo "run.sh: warning: TOTAL_MINUTES=$TOTAL_MINUTES cannot hold the steps measured on this machine: the steps" \
+      "other than pretraining take about $others minutes; with a pretraining of $budget minutes per variant" \
+      "this run takes about $PLANNED_MINUTES minutes" >&2
+  fi
 fi
 
 # answer_with STEP PARAMS PREDICTIONS [FLAGS]: finetune $variant's pretrained params (step ${variant}_STEP) into
@@ -168,9 +185,13 @@ fi
 echo; echo "run.sh: done in $(((SECONDS - START) / 60)) minutes"
 # A user's run reports into OUT_DIR; RECORD=1 writes bench/results/report.md and appends to runs.jsonl.
 if [ "$RECORD" = 1 ]; then REPORT=(--record); else REPORT=(--out "$OUT_DIR/report.md"); fi
-# The record names the settings that changed what ran (the report gives preset and seed apart).
+# The command names every setting by which this run differs from a full one (the report gives preset and seed apart).
 COMMAND="bash run.sh"
 [ "$TOTAL_MINUTES" = 120 ] || COMMAND="TOTAL_MINUTES=$TOTAL_MINUTES $COMMAND"
+for name in NOPRETRAIN_EPOCHS FINETUNE_EPOCHS PRETRAIN_EPOCHS; do
+  [ -z "${!name}" ] || COMMAND="$name=${!name} $COMMAND"
+done
+[ -z "$EXTRA_FLAGS" ] || COMMAND="EXTRA_FLAGS=\"$EXTRA_FLAGS\" $COMMAND"
 [ "$VARIANTS" = "vanilla perceiver rope" ] || COMMAND="VARIANTS=\"$VARIANTS\" $COMMAND"
 python bench/report.py --runs "$OUT_DIR" --preset "$PRESET" --seed "$SEED" --command "$COMMAND" "${REPORT[@]}"
-echo "Predictions, params and logs: $OUT_DIR/; TensorBoard: tensorboard --logdir expt"
+echo "Predictions, params and logs: $OUT_DIR/; TensorBoard: tensorboard --logdir $TB_DIR"

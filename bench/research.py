@@ -90,11 +90,12 @@ class LoggedEpochs:
 
 def tensorboard_prefix(argv: list[str]) -> str:
     """The name before the time stamp of the TensorBoard folders that `run.py ARGV` writes under
-    expt/<function>/ (run.py's tensorboard_folder): <tb_expt_name>_<variant>_seed<seed>."""
+    expt/<function>/ (logs.run_folder): <tb_expt_name>_<variant>_<role>_seed<seed>."""
+    from logs import run_role
     from run import command_config  # the command's settings, resolved as run.py resolves them
 
     config = command_config(argv)
-    return f"{config.tb_expt_name}_{config.variant}_seed{config.seed}"
+    return f"{config.tb_expt_name}_{config.variant}_{run_role(config)}_seed{config.seed}"
 
 
 def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:

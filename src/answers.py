@@ -45,10 +45,10 @@ def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
 
 def evaluate(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
-) -> None:
+) -> dict:
     """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are
     given. What evaluate found (accuracy, selective metrics, the recitations' ceiling, seconds) and the
-    resolved config go to the predictions' JSON sidecar, <outputs_path>.json.
+    resolved config go to the predictions' JSON sidecar, <outputs_path>.json; `found` is returned.
 
     With --ensemble_params, every model answers and each question takes the answer
     its own model scored highest (mean log-probability per character).
@@ -87,6 +87,7 @@ def evaluate(
     print(
         f"Predictions written to {args.outputs_path}, what evaluate found to {sidecar_path(args.outputs_path)}{targets}"
     )
+    return found
 
 
 def eval_questions(args: RunConfig, vocab: Vocabulary) -> tuple[Path, list[Question | None], Vocabulary]:

@@ -113,6 +113,8 @@ class RunConfig:
         "its model is most confident of", OUTPUTS, EVALUATE, nargs="+", metavar="PARAMS", action="extend")  # fmt: skip
     tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<command>/)", OUTPUTS,
                              ("pretrain", "finetune", "evaluate"))  # fmt: skip
+    tb_dir: str | None = flag(None, "TensorBoard folder of this run's folder (expt/<command>; run.sh gives all its "
+                              "runs one)", OUTPUTS, ("pretrain", "finetune", "evaluate"))  # fmt: skip
     max_epochs: int = flag(0, "epochs (handout: 650 pretraining, 75 or 10 finetuning; cpu: at most 150, 5)",
                            TRAINING, TRAIN, type=int)  # fmt: skip
     batch_size: int = flag(0, "batch size (handout: pretrain 128, finetune 256; cpu: pretrain 32)", TRAINING,
@@ -153,7 +155,7 @@ class RunConfig:
 # other setting defines what the run computes: --resume refuses a checkpoint made with another value.
 RESUME_MAY_CHANGE = frozenset(
     {"question", "writing_params_path", "eval_corpus_path", "outputs_path", "scores_path", "ensemble_params",
-     "tb_expt_name", "budget_minutes", "max_steps", "resume", "ckpt_every", "device"}
+     "tb_expt_name", "tb_dir", "budget_minutes", "max_steps", "resume", "ckpt_every", "device"}
 )  # fmt: skip
 
 
@@ -189,23 +191,29 @@ def pretrain_budget_minutes(
     dev_seconds: float,
     variants: list[str],
     bottleneck_dim: int,
-) -> float:
-    """run.sh with the cpu preset: the minutes each of `variants` may pretrain, in equal shares of what is
-    left of total_minutes after used_seconds once every variant's other steps are set aside. Those are
-    estimated from two steps just timed on this machine: the finetune from scratch (nopretrain_seconds,
-    the preset's epochs of question examples) and one dev evaluation (dev_seconds)."""
+    nopretrain_epochs: int | None = None,
+    finetune_epochs: int | None = None,
+) -> tuple[float, float]:
+    """run.sh with the cpu preset: (the minutes each of `variants` may pretrain, the minutes of every other
+    step). Each pretraining gets an equal share, at least a minute, of what is left of total_minutes once
+    the other steps are set aside: those done (used_seconds) and those to come, estimated from two steps
+    just timed on this machine: the finetune from scratch (nopretrain_seconds for nopretrain_epochs of
+    question examples) and one dev evaluation (dev_seconds). finetune_epochs: the finetunes' after
+    pretraining; None: the preset's."""
     cpu = PRESETS["cpu"]
-    epoch = nopretrain_seconds / cpu["finetune"]["max_epochs"]
-    others = 2 * dev_seconds  # the ensemble's evaluation at the end
+    epoch = nopretrain_seconds / (nopretrain_epochs or cpu["finetune"]["max_epochs"])
+    others = used_seconds + 2 * dev_seconds  # the ensemble's evaluation at the end
     for variant in variants:
         chars = bottleneck_dim - ANSWER_ROOM if variant == "perceiver" else RECITE_CHARS
         # A recite reader's epoch took about 2.7 epochs of questions: its examples (the recitations that
         # hold their place, about 85%) are three times as long at 100 characters of recitation.
         reader_epoch = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
-        finetunes = epoch * cpu["finetune_pretrained"]["max_epochs"] + reader_epoch * cpu["reader"]["max_epochs"]
+        finetune_pretrained, reader = (
+            finetune_epochs or cpu[p]["max_epochs"] for p in ("finetune_pretrained", "reader")
+        )
         # six evaluations' worth: direct and recite answers to dev and test, reciting the training people
-        others += finetunes + 6 * dev_seconds + 30  # and half a minute of margin
-    return max(1.0, (total_minutes * 60 - used_seconds - others) / len(variants) / 60)
+        others += epoch * finetune_pretrained + reader_epoch * reader + 6 * dev_seconds + 30  # and a margin
+    return max(1.0, (total_minutes * 60 - others) / len(variants) / 60), others / 60
 
 
 def trainer_config(

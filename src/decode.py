@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from dataset import MASK_CHAR, Vocabulary
 from model import GPT
+from utils import Progress
 
 MAX_ANSWER_CHARS = 32  # greedy decoding stops after this many characters, as in the handout
 
@@ -186,14 +187,16 @@ def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Ca
 
 
 def continue_text(
-    model: GPT, vocab: Vocabulary, prompts: list[str], length: int, banned: list[str], device: torch.device
-) -> list[str]:
+    model: GPT, vocab: Vocabulary, prompts: list[str], length: int, banned: list[str], device: torch.device,
+    what: str = "continuing",
+) -> list[str]:  # fmt: skip
     """Greedy continuation of each prompt to `length` characters in all (the prompt included, cut there
     if longer), never choosing a character of `banned`: (N prompts) -> N strings of `length` characters.
-    Prompts of one length continue together (GPT.generate, with key/value caches), RECITE_BATCH at a time."""
+    Prompts of one length continue together (GPT.generate, with key/value caches), RECITE_BATCH at a time;
+    progress lines start with `what`."""
     banned_ids = [vocab.stoi[c] for c in banned]
     encoded = [vocab.encode(p, where=f"prompt {p!r}") for p in prompts]
-    out = [p[:length] for p in prompts]
+    out, progress, done = [p[:length] for p in prompts], Progress(what, len(prompts)), 0
     for n in sorted({len(e) for e in encoded if len(e) < length}):
         rows = [i for i, e in enumerate(encoded) if len(e) == n]
         for batch in (rows[k : k + RECITE_BATCH] for k in range(0, len(rows), RECITE_BATCH)):
@@ -202,4 +205,6 @@ def continue_text(
             continued = model.generate(idx, new, banned=banned_ids)[:, n:].tolist()  # (b, new)
             for i, ids in zip(batch, continued, strict=True):
                 out[i] = prompts[i] + vocab.decode(ids)
+            done += len(batch)
+            progress.update(done)
     return out

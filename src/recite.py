@@ -80,7 +80,8 @@ def recite(
     no MASK or PAD; tabs and newlines become spaces, so each fits one field of a TSV line. `source`
     names the questions' file in errors."""
     prompts = [recitation_prompt(q.text, f"{source}:{q.line}") for q in questions]
-    texts = continue_text(model.to(device), vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], device)
+    what = f"reciting {len(prompts)} people"
+    texts = continue_text(model.to(device), vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], device, what)
     return [t.replace("\t", " ").replace("\n", " ") for t in texts]
 
 
@@ -121,12 +122,16 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
 
 
 def reader_dataset(
-    corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device
+    corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device, most: int | None = None
 ) -> tuple[NameDataset, dict]:
-    """finetune --recite: the training questions of `path` with the recitations (`chars` characters) of
-    `model`, which holds the pretrained params now and becomes the reader, in place of their text; and
-    what the reader's sidecar records of them (people, recitations kept, share holding the place, seconds)."""
+    """finetune --recite: the training questions of `path` (the first `most` of them, when given) with the
+    recitations (`chars` characters) of `model`, which holds the pretrained params now and becomes the reader,
+    in place of their text; and what the reader's sidecar records of them (people, recitations kept, share
+    holding the place, seconds)."""
     questions = [q for q in read_questions(path, require_place=True) if q is not None]
+    if most is not None and most < len(questions):
+        print(f"--max_steps: reciting only the first {most} of {len(questions)} training people, as many as it trains")
+        questions = questions[:most]
     check_recite_chars(chars, model, [q.place for q in questions])
     t0 = time.time()
     recitations = recite(model, corpus.vocab, questions, chars, device, str(path))

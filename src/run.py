@@ -30,16 +30,13 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import dataclasses
-import json
 import shlex
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
 import budget
 import recite
@@ -56,6 +53,7 @@ from config import (
     trainer_config,
 )
 from dataset import CharCorruptionDataset, NameDataset, read_text
+from logs import tensorboard_run
 from model import GPT
 from params import load_params, read_sidecar, save_params, sidecar_path
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
@@ -140,8 +138,9 @@ def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path, data_sha256: 
 def train(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter,
     command: str,
-) -> None:  # fmt: skip
-    """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path."""
+) -> dict:  # fmt: skip
+    """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path.
+    Returns the run's record (steps, epochs, seconds, final loss) as its sidecar holds it."""
     if args.writing_params_path is None:
         raise UserError(f"{args.function} needs --writing_params_path")
     if args.reading_params_path is not None:
@@ -155,7 +154,6 @@ def train(
         print(
             f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
         )
-    writer.add_text("config", json.dumps(asdict(args), indent=1))
     budget_seconds, fit = time_budget(args)
     announce(args, cfg, len(dataset), device, fit)
     saved_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos), "data_sha256": data}
@@ -174,6 +172,7 @@ def train(
     save_params(model, corpus.vocab, args.writing_params_path, record)
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
           end_of_run(trainer, ckpt_path))  # fmt: skip
+    return run_record(trainer, pace)
 
 
 def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
@@ -203,7 +202,8 @@ def training_data(
     path = find_data_file(args.finetune_corpus_path, "finetune corpus")
     if not args.recite:
         return NameDataset(corpus, path), {}
-    dataset, recitations = recite.reader_dataset(corpus, model, path, args.recite_chars, device)
+    most = args.max_steps * args.batch_size if args.max_steps else None
+    dataset, recitations = recite.reader_dataset(corpus, model, path, args.recite_chars, device, most)
     link = recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
     return dataset, {**link, "recitations": recitations}
 
@@ -325,39 +325,11 @@ def run(args: RunConfig, command: str = "") -> None:
     model = build_model(args, corpus.vocab_size)
     if args.function == "ask":
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run
-    log_dir = tensorboard_folder(args)
-    try:
-        writer = SummaryWriter(log_dir=str(log_dir))
-    except OSError as e:  # a full disk, a read-only folder
-        raise UserError(f"{log_dir}: the TensorBoard folder cannot be made ({e.strerror})") from None
-    print(f"TensorBoard logs: {log_dir} (tensorboard --logdir expt)")
-    try:
+    with tensorboard_run(args) as (writer, found):
         if args.function == "evaluate":
-            evaluate(args, corpus, model, device, writer)
+            found |= evaluate(args, corpus, model, device, writer)
         else:
-            train(args, corpus, model, device, writer, command)
-    except TrainingInterrupted:
-        raise  # resumable: its logs stay
-    except BaseException:
-        writer.close()
-        shutil.rmtree(log_dir, ignore_errors=True)  # a failed command leaves no logs behind,
-        for folder in (log_dir.parent, log_dir.parent.parent):  # nor the empty folders made for them
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
-    finally:
-        writer.close()
-
-
-def tensorboard_folder(args: RunConfig) -> Path:
-    """expt/<function>/<name>_<variant>_seed<seed>_<start time>: one folder per run, never shared."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("expt") / args.function / f"{args.tb_expt_name}_{args.variant}_seed{args.seed}_{stamp}"
-    folder, n = base, 1
-    while folder.exists():  # two runs started in the same second
-        n += 1
-        folder = base.with_name(f"{base.name}-{n}")
-    return folder
+            found |= train(args, corpus, model, device, writer, command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import random
 import secrets
 import stat
 import subprocess
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -360,4 +361,27 @@ class ScalarWriter(Protocol):
 
     def add_scalar(self, tag: str, value: float, step: int) -> None: ...
     def add_text(self, tag: str, text: str) -> None: ...
+    def add_hparams(self, hparam_dict: dict, metric_dict: dict, run_name: str) -> None: ...
     def close(self) -> None: ...
+
+
+class Progress:
+    """Prints `what`'s progress as plain lines (a pipe or a log shows them too), at most one every `every`
+    seconds: `update(done)` of `total`. The estimate of the time left starts after the first update, which
+    pays one-time costs (threads starting, caches growing) that the rest of the work does not."""
+
+    def __init__(self, what: str, total: int, every: float = 20.0):
+        self.what, self.total, self.every = what, total, every
+        self.start = self.printed = time.monotonic()
+        self.first: tuple[float, int] | None = None  # (time, done) at the first update
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if self.first is None or done <= self.first[1]:
+            self.first = self.first or (now, done)
+            return
+        if now - self.printed < self.every or done >= self.total:
+            return
+        self.printed = now
+        left = (now - self.first[0]) / (done - self.first[1]) * (self.total - done)
+        print(f"{self.what}: {done}/{self.total} after {now - self.start:.0f} s, about {left:.0f} s left", flush=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from conftest import PEOPLE
 from torch.utils.tensorboard import SummaryWriter
 
+import logs
 import run
 from bench import bench_budget, gpu_check, report, time_to_accuracy
 from bench.research import (
@@ -177,5 +178,5 @@ def test_the_logs_of_earlier_runs_are_not_counted(tmp_path):
 def test_the_tensorboard_prefix_names_the_folders_run_py_writes():
     argv = ["pretrain", "rope", "wiki.txt", "--seed", "3", "--tb_expt_name", "budget_alone"]
     prefix = tensorboard_prefix(argv)
-    assert prefix == "budget_alone_rope_seed3"
-    assert run.tensorboard_folder(run.command_config(argv)).name.startswith(f"{prefix}_")
+    assert prefix == "budget_alone_rope_pretrain_seed3"
+    assert logs.run_folder(run.command_config(argv)).name.startswith(f"{prefix}_")

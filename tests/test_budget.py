@@ -13,6 +13,7 @@ from test_trainer import tiny_people_dataset
 
 import budget
 import run
+import utils
 from budget import TRY_EVERY, TRY_EVERY_MAX, ThreadChooser
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, lr_multiplier
@@ -286,3 +287,28 @@ def test_a_planned_run_that_ends_annealed_as_its_budget_runs_out_does_not_say_it
 def test_a_budget_that_stops_an_unplanned_schedule_says_it_was_cut_off(capsys):
     budget_trainer(budget_seconds=45).train()
     assert "the 0.75-minute budget was spent at step 5, after epoch 1 of 3" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------
+# Progress lines of long steps that are not training (recitation)
+
+
+def progress_lines(monkeypatch, capsys, updates: list[tuple[float, int]], total: int = 100) -> list[str]:
+    """What a Progress of `total` printed for updates (clock seconds, done) after starting at 0 s."""
+    clock = iter([0.0] + [t for t, _ in updates])
+    monkeypatch.setattr(utils.time, "monotonic", lambda: next(clock))
+    progress = utils.Progress("reciting", total, every=20)
+    for _, done in updates:
+        progress.update(done)
+    return capsys.readouterr().out.splitlines()
+
+
+def test_progress_estimates_the_time_left_from_the_pace_after_its_first_update(monkeypatch, capsys):
+    # the first 10 items paid 30 s of warm-up; then 10 items every 5 s
+    lines = progress_lines(monkeypatch, capsys, [(30, 10), (35, 20), (40, 30), (55, 60)])
+    assert lines == ["reciting: 20/100 after 35 s, about 40 s left", "reciting: 60/100 after 55 s, about 20 s left"]
+
+
+def test_progress_says_nothing_more_often_than_every_20_seconds_nor_at_the_end(monkeypatch, capsys):
+    lines = progress_lines(monkeypatch, capsys, [(1, 10), (21, 20), (30, 30), (42, 40), (60, 100)])
+    assert [line.split(":")[1].split()[0] for line in lines] == ["20/100", "40/100"]

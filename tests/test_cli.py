@@ -123,6 +123,37 @@ def test_tensorboard_logs_hold_training_and_eval_scalars(tiny_corpus, tiny_train
     assert "eval/accuracy" in EventAccumulator(str(eval_run)).Reload().Tags()["scalars"]
 
 
+def test_the_tensorboard_folders_of_a_whole_pipeline_tell_its_steps_apart(tiny_corpus, tiny_train_tsv, tiny_dev_tsv):
+    tb = ("--tb_dir", "expt/pipeline")
+    pretrain("vanilla", tiny_corpus, "pt.params", 2, *tb)
+    finetune("vanilla", tiny_corpus, tiny_train_tsv, "scratch.params", None, 2, *tb)
+    finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", "pt.params", 2, *tb)
+    finetune("vanilla", tiny_corpus, tiny_train_tsv, "reader.params", "pt.params", 2, "--recite", *tb)
+    for params in ("scratch.params", "ft.params", "reader.params"):
+        evaluate("vanilla", tiny_corpus, params, tiny_dev_tsv, f"{params}.dev", *tb)
+    evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "ensemble.dev", "--ensemble_params", "ft.params", *tb)
+    stem = tiny_dev_tsv.stem
+    roles = {re.sub(r"_seed0_\d{8}-\d{6}(-\d+)?$", "", p.name) for p in Path("expt/pipeline").iterdir()}
+    assert roles == {
+        "run_vanilla_pretrain", "run_vanilla_finetune-scratch", "run_vanilla_finetune", "run_vanilla_reader",
+        f"run_vanilla_evaluate-scratch-{stem}", f"run_vanilla_evaluate-direct-{stem}",
+        f"run_vanilla_evaluate-recite-{stem}", f"run_vanilla_evaluate-ensemble-{stem}",
+    }  # fmt: skip
+
+
+def test_every_run_logs_its_resolved_config_as_hparams_beside_what_it_found(tiny_corpus, tiny_train_tsv, tiny_dev_tsv):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    finetune("vanilla", tiny_corpus, tiny_train_tsv, steps=2)
+    evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "dev.p")
+    for command, found in (("finetune", "hparams/final_loss"), ("evaluate", "hparams/accuracy")):
+        (folder,) = Path("expt", command).iterdir()
+        acc = EventAccumulator(str(folder)).Reload()
+        assert found in acc.Tags()["scalars"]
+        plugin = acc.PluginTagToContent("hparams")
+        assert b"finetune_lr" in b"".join(plugin.values())  # the config's keys are in the hparams session
+
+
 # ---------------------------------------------------------------------------
 # Bad input: one line on stderr, exit code 2, no traceback, nothing good overwritten
 
@@ -734,15 +765,15 @@ def test_the_ensemble_benchmark_logs_accuracy_and_the_members_whole_cost(tiny_co
 # Logs, checkpoints and time
 
 
-def test_each_run_logs_to_its_own_tensorboard_folder_named_by_variant_seed_and_time(
+def test_each_run_logs_to_its_own_tensorboard_folder_named_by_variant_role_seed_and_time(
     tiny_corpus, tiny_train_tsv, capsys
 ):
     assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "a.params") == 0
     assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "b.params", None, 3, "--seed", "7") == 0
     folders = sorted(p.name for p in Path("expt/finetune").iterdir())
     assert len(folders) == 2
-    assert re.fullmatch(r"run_vanilla_seed0_\d{8}-\d{6}(-\d+)?", folders[0]), folders
-    assert re.fullmatch(r"run_vanilla_seed7_\d{8}-\d{6}(-\d+)?", folders[1]), folders
+    assert re.fullmatch(r"run_vanilla_finetune-scratch_seed0_\d{8}-\d{6}(-\d+)?", folders[0]), folders
+    assert re.fullmatch(r"run_vanilla_finetune-scratch_seed7_\d{8}-\d{6}(-\d+)?", folders[1]), folders
     assert f"TensorBoard logs: {Path('expt/finetune') / folders[0]}" in capsys.readouterr().out
 
 

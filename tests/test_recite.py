@@ -114,6 +114,18 @@ def test_the_readers_sidecar_records_how_many_recitations_it_kept(tiny_corpus, t
     assert record["place_share"] == pytest.approx((len(PEOPLE) // 2) / len(PEOPLE))
 
 
+def test_a_reader_limited_to_a_few_steps_recites_only_the_people_it_can_train_on(
+    tiny_corpus, tiny_train_tsv, monkeypatch, capsys
+):
+    corpus = CharCorruptionDataset(read_text(tiny_corpus), 128)
+    asked = []
+    monkeypatch.setattr(recite, "recite", lambda model, vocab, questions, *rest: asked.append(questions) or
+                        [f"{q.text} {q.place}" for q in questions])  # fmt: skip
+    _, record = recite.reader_dataset(corpus, tiny_gpt(len(corpus.vocab)), tiny_train_tsv, 40, CPU, most=2)
+    assert len(asked[0]) == record["people"] == 2
+    assert f"reciting only the first 2 of {len(PEOPLE)} training people" in capsys.readouterr().out
+
+
 def test_a_reader_whose_recitations_hold_no_place_trains_on_them_all(tiny_corpus, tiny_train_tsv, monkeypatch):
     recitations = [f"{name}. born" for name, _ in PEOPLE]
     assert reader_texts(tiny_corpus, tiny_train_tsv, monkeypatch, recitations) == recitations

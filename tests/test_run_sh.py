@@ -230,6 +230,28 @@ def test_a_recorded_run_names_the_settings_that_changed_what_ran(tmp_path):
     assert "--out" not in line
 
 
+def test_a_smoke_runs_command_names_every_setting_that_differs_from_a_full_run(tmp_path):
+    line = report_call(tmp_path, PRETRAIN_EPOCHS="2", FINETUNE_EPOCHS="1", NOPRETRAIN_EPOCHS="1",
+                       EXTRA_FLAGS="--fp32", TOTAL_MINUTES="5")  # fmt: skip
+    command = line.split("--command ", 1)[1]
+    assert command.startswith('EXTRA_FLAGS="--fp32" PRETRAIN_EPOCHS=2 FINETUNE_EPOCHS=1 NOPRETRAIN_EPOCHS=1 ')
+    assert "TOTAL_MINUTES=5 bash run.sh" in command
+
+
+def test_every_step_says_how_many_are_done_and_the_time_so_far(tmp_path):
+    out, _ = fake_run(tmp_path, VARIANTS="vanilla rope")
+    done = [line for line in out.splitlines() if line.startswith("run.sh: step ")]
+    assert len(done) == 3 + 7 * 2 + 1
+    assert done[0].startswith("run.sh: step 1 of 18 done (london, ") and "minutes so far" in done[-1]
+
+
+def test_all_steps_of_one_run_log_into_one_tensorboard_folder(tmp_path):
+    _, log = fake_run(tmp_path, VARIANTS="rope")
+    steps = [line for line in log.splitlines() if line.startswith("src/run.py ")]
+    folders = {line.split("--tb_dir ")[1].split()[0] for line in steps}
+    assert len(steps) == 9 and len(folders) == 1 and folders.pop().startswith("expt/run.sh_")
+
+
 @pytest.mark.parametrize("sep", ["\n", "\t", " \n\t "])
 def test_variants_are_words_on_any_whitespace(tmp_path, sep):
     out, log = fake_run(tmp_path, VARIANTS=f"vanilla{sep}rope")
@@ -254,7 +276,7 @@ THREE = ["vanilla", "perceiver", "rope"]
 
 
 def budget(variants: list[str], total: float = 120, used: float = 600, nopretrain: float = 600, dev: float = 10):
-    return pretrain_budget_minutes(total, used, nopretrain, dev, variants, bottleneck_dim=64)
+    return pretrain_budget_minutes(total, used, nopretrain, dev, variants, bottleneck_dim=64)[0]
 
 
 def test_the_pretrainings_share_what_is_left_once_the_other_steps_are_set_aside():
@@ -272,3 +294,10 @@ def test_the_perceivers_shorter_recitation_leaves_more_time_to_pretrain():
 
 def test_a_run_with_no_time_left_still_pretrains_for_a_minute():
     assert budget(THREE, total=10) == 1.0
+
+
+def test_the_other_steps_estimate_follows_the_epochs_a_smoke_run_asks_for():
+    full = pretrain_budget_minutes(120, 600, 600, 10, THREE, 64)[1]
+    smoke = pretrain_budget_minutes(120, 600, 8, 10, THREE, 64, nopretrain_epochs=1, finetune_epochs=1)[1]
+    assert smoke < full  # one epoch of finetuning from scratch in 8 s: finetunes of one epoch after pretraining
+    assert smoke > 600 / 60  # the time already spent counts

@@ -1,0 +1,85 @@
+"""TensorBoard for a run.py command: one folder per run, named after what the run did, holding the
+command's scalars, its resolved config (as text and as hparams beside what it found), and removed
+again when the command fails."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+from config import RunConfig
+from params import read_sidecar
+from trainer import TrainingInterrupted
+from utils import UserError
+
+
+def run_role(args: RunConfig) -> str:
+    """What a run does, as its folder says: pretrain, finetune-scratch, finetune, reader, or
+    evaluate-<how>-<eval corpus>, how being direct, scratch (params finetuned without pretraining), recite
+    (a reader) or ensemble."""
+    if args.function == "pretrain":
+        return "pretrain"
+    if args.function == "finetune":
+        return "reader" if args.recite else "finetune" if args.reading_params_path else "finetune-scratch"
+    side = (read_sidecar(args.reading_params_path) if args.reading_params_path else None) or {}
+    made_with = side.get("config") if isinstance(side.get("config"), dict) else {}
+    how = "direct"
+    if args.ensemble_params:
+        how = "ensemble"
+    elif side.get("protocol") == "recite":
+        how = "recite"
+    elif made_with and not made_with.get("reading_params_path"):
+        how = "scratch"
+    return f"evaluate-{how}-{Path(args.eval_corpus_path or '').stem[:40]}"
+
+
+def run_folder(args: RunConfig) -> Path:
+    """<tb_dir>/<name>_<variant>_<role>_seed<seed>_<start time> (tb_dir: expt/<function> unless given):
+    one folder per run, never shared, whose name tells what the run did (run_role)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    parent = Path(args.tb_dir) if args.tb_dir else Path("expt") / args.function
+    base = parent / f"{args.tb_expt_name}_{args.variant}_{run_role(args)}_seed{args.seed}_{stamp}"
+    folder, n = base, 1
+    while folder.exists():  # two runs started in the same second
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+@contextlib.contextmanager
+def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
+    """Inside: (a writer logging to the run's folder, a dict the command fills with what it found). On a
+    normal end the resolved config goes in as hparams, with the numbers found as their metrics; after a
+    failure (but for an interruption, which may resume) the folder and the empty folders above it go."""
+    folder = run_folder(args)
+    try:
+        writer = SummaryWriter(log_dir=str(folder))
+    except OSError as e:  # a full disk, a read-only folder
+        raise UserError(f"{folder}: the TensorBoard folder cannot be made ({e.strerror})") from None
+    print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
+    writer.add_text("config", json.dumps(asdict(args), indent=1))
+    found: dict = {}
+    try:
+        yield writer, found
+        hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in asdict(args).items()}
+        metrics = {f"hparams/{k}": v for k, v in found.items() if isinstance(v, int | float) and math.isfinite(v)}
+        writer.add_hparams(hparams, metrics, run_name=".")  # ".": the run's own folder, not a new one
+    except TrainingInterrupted:
+        raise  # resumable: its logs stay
+    except BaseException:
+        writer.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        for parent in (folder.parent, folder.parent.parent):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
+    finally:
+        writer.close()
