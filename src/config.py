@@ -4,9 +4,12 @@ their resolution, the TrainerConfig of a phase and the GPT a command builds."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dataset import ORDERS
@@ -14,7 +17,7 @@ from model import GPT, VARIANTS, GPTConfig
 from params import stored_sizes
 from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
 from trainer import TrainerConfig
-from utils import UserError
+from utils import UserError, find_data_file
 
 BLOCK_SIZE = 128
 FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
@@ -97,11 +100,10 @@ class RunConfig:
                                      HANDOUT, positional=True)  # fmt: skip
     reading_params_path: str | None = flag(None, "params to load before training or evaluating", HANDOUT)
     finetune_corpus_path: str | None = flag(None, "question<TAB>place file to finetune on", HANDOUT, FINETUNE)
-    pretrain_lr: float = flag(6e-3, "peak learning rate (6e-3; cpu: 1e-3)", HANDOUT, PRETRAIN, type=float)
-    finetune_lr: float = flag(6e-4, "peak learning rate (6e-4; cpu, pretrained: 1e-4)", HANDOUT, FINETUNE,
-                              type=float)  # fmt: skip
-    bottleneck_dim: int = flag(32, "perceiver bottleneck length m (32; the 2023 handout's figures used 64; "
-                               "read from the params' sidecar)", HANDOUT, type=int)  # fmt: skip
+    pretrain_lr: float = flag(6e-3, "peak learning rate", HANDOUT, PRETRAIN, type=float)
+    finetune_lr: float = flag(6e-4, "peak learning rate", HANDOUT, FINETUNE, type=float)
+    bottleneck_dim: int = flag(32, "perceiver bottleneck length m (the 2023 handout's figures used 64; read "
+                               "from the params' sidecar)", HANDOUT, type=int)  # fmt: skip
     question: str | None = flag(None, 'e.g. "Where was Ada Lovelace born?"', OUTPUTS, ("ask",),
                                 positional=True, nargs="?")  # fmt: skip
     writing_params_path: str | None = flag(None, "where to save the trained params", OUTPUTS, TRAIN)
@@ -115,18 +117,15 @@ class RunConfig:
                              ("pretrain", "finetune", "evaluate"))  # fmt: skip
     tb_dir: str | None = flag(None, "TensorBoard folder of this run's folder (expt/<command>; run.sh gives all its "
                               "runs one)", OUTPUTS, ("pretrain", "finetune", "evaluate"))  # fmt: skip
-    max_epochs: int = flag(0, "epochs (handout: 650 pretraining, 75 or 10 finetuning; cpu: at most 150, 5)",
-                           TRAINING, TRAIN, type=int)  # fmt: skip
-    batch_size: int = flag(0, "batch size (handout: pretrain 128, finetune 256; cpu: pretrain 32)", TRAINING,
-                           TRAIN, type=int)  # fmt: skip
-    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals (0.1; cpu: 0)", TRAINING, TRAIN,
-                          type=float)  # fmt: skip
+    max_epochs: int = flag(0, "epochs", TRAINING, TRAIN, type=int)
+    batch_size: int = flag(0, "batch size", TRAINING, TRAIN, type=int)
+    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals", TRAINING, TRAIN, type=float)
     optimizer: str = flag("adamw", "adamw (the handout's) or muon for the blocks' matrices (cpu pretraining)",
                           TRAINING, TRAIN, choices=["adamw", "muon"])  # fmt: skip
-    seed: int = flag(0, "seed for init, data order, corruption and dropout (0)", TRAINING, type=int)
-    n_layer: int = flag(4, "transformer blocks (4; perceiver: down + n_layer-2 + up)", TRAINING, type=int)
-    n_head: int = flag(8, "attention heads (8)", TRAINING, type=int)
-    n_embd: int = flag(256, "embedding width (256)", TRAINING, type=int)
+    seed: int = flag(0, "seed for init, data order, corruption and dropout", TRAINING, type=int)
+    n_layer: int = flag(4, "transformer blocks (perceiver: down + n_layer-2 + up)", TRAINING, type=int)
+    n_head: int = flag(8, "attention heads", TRAINING, type=int)
+    n_embd: int = flag(256, "embedding width", TRAINING, type=int)
     recite: bool = flag(False, "finetune a recite reader: the --reading_params_path model recites each training "
                         "person and the reader learns to read the place from that (evaluate and ask then recite "
                         "first: see README)", TRAINING, FINETUNE, action="store_true")  # fmt: skip
@@ -134,7 +133,7 @@ class RunConfig:
                                     "bottleneck_dim - 16)", TRAINING, FINETUNE, type=int)  # fmt: skip
     preset: str = flag("handout", "recipe for unset flags: handout (the course's, default) or cpu (README)", RECIPE,
                        type=preset_name)  # fmt: skip
-    doc_offset: int = flag(0, "start each example at a random position 0..N after another document's end (0)",
+    doc_offset: int = flag(0, "start each example at a random position 0..N after another document's end",
                            RECIPE, PRETRAIN, type=int)  # fmt: skip
     # Research settings that the presets set: not in --help.
     schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
@@ -142,10 +141,10 @@ class RunConfig:
     decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
     budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu the "
                                         "epochs are planned after every epoch to fill it at the pace measured, "
-                                        "the cosine ending with them (cpu: 60)", RUN, PRETRAIN, type=float)  # fmt: skip
+                                        "the cosine ending with them", RUN, PRETRAIN, type=float)  # fmt: skip
     max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, TRAIN, type=int)
     resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, TRAIN, action="store_true")
-    ckpt_every: int = flag(100, "optimizer steps between checkpoints (100; 0: at the end)", RUN, TRAIN, type=int)
+    ckpt_every: int = flag(100, "optimizer steps between checkpoints (0: at the end)", RUN, TRAIN, type=int)
     device: str = flag("auto", "where to run (auto: cuda if there is one)", RUN, choices=["auto", "cpu", "cuda"])
     fp32: bool = flag(False, "train in fp32 even where bf16 autocast is available (all commands take it, so "
                       "that run.sh's EXTRA_FLAGS may)", SPEED, action="store_true")  # fmt: skip
@@ -323,3 +322,20 @@ def check_args(args: RunConfig) -> None:
         raise UserError("--recite recites with the pretrained --reading_params_path; give it")
     if args.recite_chars is not None and not args.recite:
         raise UserError("--recite_chars is for finetune --recite")
+    if args.recite_chars is not None and not 1 <= args.recite_chars < BLOCK_SIZE:
+        raise UserError(f"--recite_chars must be between 1 and {BLOCK_SIZE - 1}, got {args.recite_chars}")
+    # Inputs read after the corpus and the model: checked now, before any work.
+    for flag_name, path in [("--reading_params_path", args.reading_params_path)] + [
+        ("--ensemble_params", p) for p in args.ensemble_params or []
+    ]:
+        if path is not None and not Path(path).is_file():
+            found = "is not a regular file" if os.path.lexists(path) else "not found"
+            raise UserError(f"{flag_name} {path}: {found}; give a params file that training wrote")
+    for name, what in (("finetune_corpus_path", "finetune corpus"), ("eval_corpus_path", "eval corpus")):
+        with contextlib.redirect_stdout(io.StringIO()):  # the command says where it found the file as it reads it
+            find_data_file(getattr(args, name), what)
+    folder = Path(args.tb_dir or ".")
+    while not os.path.lexists(folder) and folder != folder.parent:  # the part that exists; the rest is made
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"--tb_dir {args.tb_dir}: {folder} is not a folder; give a folder name")

@@ -44,6 +44,7 @@ from answers import ask, evaluate
 from config import (
     BLOCK_SIZE,
     FUNCTIONS,
+    PRESETS,
     RESUME_MAY_CHANGE,
     RunConfig,
     build_model,
@@ -294,12 +295,33 @@ def make_parser(command: str | None = None) -> Parser:
         if command not in commands:
             continue
         g = groups.get(group) or groups.setdefault(group, p.add_argument_group(group))
-        options["help"] = options["help"] or argparse.SUPPRESS
+        options["help"] = f"{options['help']}{preset_defaults(f, command)}" if options["help"] else argparse.SUPPRESS
         if options.pop("positional", False):
             g.add_argument(f.name, **options)
         else:
             g.add_argument(f"--{f.name}", **({"default": None} | options))
     return p
+
+
+PHASES = {"pretrain": {"pretrain": ""}, "finetune": {"finetune": " from scratch", "finetune_pretrained":
+          " after pretraining", "reader": " recite reader"}}  # fmt: skip
+
+
+def preset_defaults(field: dataclasses.Field, command: str) -> str:
+    """What an unset flag resolves to under each preset for `command`'s phases, as --help says it:
+    " (default 4)", or " (handout: 75 from scratch, 10 after pretraining, 10 recite reader; cpu: ...)"."""
+    if field.metadata.get("action") or field.metadata.get("positional"):
+        return ""
+    phases = PHASES.get(command, {"finetune_pretrained": ""})  # evaluate and ask read finetuned params
+    said = {}
+    for preset, values in PRESETS.items():
+        texts = {p: values[p].get(field.name, field.default) for p in phases}
+        texts = {p: "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for p, v in texts.items()}
+        same = len(set(texts.values())) == 1
+        said[preset] = next(iter(texts.values())) if same else ", ".join(f"{v}{phases[p]}" for p, v in texts.items())
+    if len(set(said.values())) == 1:
+        return "" if said["handout"] == "none" else f" (default {said['handout']})"
+    return " (" + "; ".join(f"{preset}: {text}" for preset, text in said.items()) + ")"
 
 
 def command_config(argv: list[str]) -> RunConfig:

@@ -628,6 +628,23 @@ def test_finetunes_help_lists_only_the_flags_finetune_takes():
 
 
 @pytest.mark.parametrize(
+    "command, flag, says",
+    [("pretrain", "--max_epochs", "(handout: 650; cpu: 150)"),
+     ("pretrain", "--budget_minutes", "(handout: none; cpu: 60)"),
+     ("finetune", "--max_epochs", "(handout: 75 from scratch, 10 after pretraining, 10 recite reader; cpu: 75 from "
+      "scratch, 5 after pretraining, 10 recite reader)"),
+     ("finetune", "--batch_size", "(default 256)"),
+     ("evaluate", "--n_embd", "(default 256)")],
+)  # fmt: skip
+def test_help_gives_each_flag_the_value_it_resolves_to_under_each_preset(command, flag, says):
+    help_text = " ".join(run.make_parser(command).format_help().split())
+    assert f"{flag} {flag[2:].upper()} " in help_text
+    entry = help_text.split(f"{flag} {flag[2:].upper()} ", 1)[1]
+    entry = entry[: re.search(r" --[a-z_]+ ([A-Z_]+|\{)", entry).start()]  # up to the next flag's entry
+    assert says in entry
+
+
+@pytest.mark.parametrize(
     "argv, message",
     [(["pretrain", "vanilla", "wiki.txt", "--eval_corpus_path", "d.tsv", "--outputs_path", "p"],
       "--eval_corpus_path is for evaluate, --outputs_path is for evaluate, not pretrain"),
