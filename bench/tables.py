@@ -12,7 +12,9 @@ Sources:
   recite.jsonl           bench/recite_eval.py: the recite protocol on pretrained models of the cpu recipe
   speed.jsonl            bench/bench_speed.py, the latest line of each machine
 
-The results table has one row per (run, protocol, recipe, machine, how the epochs were chosen: a
+The README's table (todays_table) shows what `bash run.sh` gives today: one row per (run, protocol,
+machine). all_runs.md holds every run: first by recipe (results_table), then one line per run.
+The by-recipe table has one row per (run, protocol, recipe, machine, how the epochs were chosen: a
 fixed number, or planned to a time budget as run.sh plans them): dev accuracy per seed, their mean,
 and the minutes of a whole run (training and evaluation, the mean over seeds). The direct
 protocol's rows come first; each recite row also shows the share of dev recitations that hold the
@@ -150,7 +152,7 @@ def result_rows() -> list[dict]:
         rows.append({"run": r["run"], "protocol": r.get("protocol", "direct"), "recipe": recipe,
                      "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
                      "epochs": r.get("pretrain_epochs"), "ceiling": r.get("place_in_recitation"),
-                     "extra": r.get("extra_minutes"), "budget": r["recipe"] == "cpu"})  # fmt: skip
+                     "extra": r.get("extra_minutes"), "budget": r["recipe"] == "cpu", "source": "run.sh"})  # fmt: skip
     pretrainings = {r["name"]: r for r in read_jsonl("time_to_accuracy.jsonl")}
     for r in read_jsonl("recite.jsonl"):
         if r.get("protocol") != "recite" or not cpu_reader(r):
@@ -174,7 +176,7 @@ def result_rows() -> list[dict]:
             protocol = {"protocol": "recite", "ceiling": r["place_in_recitation"], "extra": r["extra_minutes"]}
         rows.append({"run": r["variant"], "recipe": "handout", "machine": f"{r['gpu']} ({r['runs_sharing_device']} runs "
                      "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes,
-                     "epochs": r["pretrain_epochs"], "budget": False,
+                     "epochs": r["pretrain_epochs"], "budget": False, "source": "gpu_check",
                      **protocol})  # fmt: skip
     for r in read_jsonl("time_to_accuracy.jsonl"):
         if not todays_cpu_recipe(r):
@@ -247,6 +249,40 @@ def results_table() -> str:
     return "\n".join(lines) + "\n\n" + PUBLISHED
 
 
+def plain(machine: str) -> str:
+    """A machine in plain words: "AMD EPYC [family 25, model 17] (AVX512, bf16)" -> "AMD EPYC, AVX-512 with
+    bf16", "(AVX2, no bf16)" -> "..., AVX2 without bf16"; a GPU's name as it was logged."""
+    name = re.sub(r"\(R\)|\(TM\)| Processor| CPU| \[family \d+, model \d+\]", "", machine).strip()
+    return name.replace(" (AVX512, bf16)", ", AVX-512 with bf16").replace(" (AVX2, no bf16)", ", AVX2 without bf16")
+
+
+def todays_table() -> str:
+    """The README's table: what `bash run.sh` gives today, one row per (run, protocol, machine): the cpu
+    recipe as run.sh plans it (bench/report.py --record), and the handout's on a GPU (bench/gpu_check.py,
+    the recipe run.sh takes there). Every other run is in bench/results/all_runs.md."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in result_rows():
+        if row.get("source") in ("run.sh", "gpu_check") and row["recipe"] in ("cpu", "handout"):
+            groups[(row["protocol"] != "direct", order(row["run"]), plain(row["machine"]), row["run"])].append(row)
+    lines = [
+        "| run | protocol | machine | recipe | seeds | dev % per seed | mean | pretraining epochs "
+        "| place in recitation | minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (recite, _, machine, run), rows in sorted(groups.items()):
+        rows.sort(key=lambda r: r["seed"])
+        epochs = "/".join(f"{r['epochs']:.0f}" for r in rows if r["epochs"] is not None) or "-"
+        ceiling = f"{mean([r['ceiling'] for r in rows]) * 100:.1f}%" if recite else "-"
+        minutes = f"{mean([r['minutes'] for r in rows]):.0f}"
+        minutes += f" (+{mean([r['extra'] for r in rows]):.1f} recite)" if recite else ""
+        seeds, per_seed = ", ".join(str(r["seed"]) for r in rows), ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
+        lines.append(
+            f"| {LABELS[run]} | {rows[0]['protocol']} | {machine} | {rows[0]['recipe']} | {seeds} | {per_seed} "
+            f"| **{mean([r['dev'] for r in rows]) * 100:.1f}** | {epochs} | {ceiling} | {minutes} |"
+        )
+    return "\n".join(lines) + "\n\n" + PUBLISHED
+
+
 def one_thread(m: re.Match) -> str:
     """A speed line's ', N threads, torch ...' as ', 1 thread' for a one-thread run, else nothing."""
     return ", 1 thread" if m.group(1) == "1" else ""
@@ -302,6 +338,16 @@ def all_runs_table() -> str:
     """Every logged CPU and GPU run, one line each: the raw record behind bench/RESEARCH.md."""
     lines = [
         "# Every logged run",
+        "",
+        "## By recipe",
+        "",
+        "Dev accuracy (500 questions) of every recipe, machine and way of choosing the epochs (a fixed number, or",
+        'planned to a time budget as `run.sh` does); "offset 14", "reader ...": how a run differs from today\'s',
+        "`cpu` preset. Minutes: a whole run, mean over seeds.",
+        "",
+        results_table(),
+        "",
+        "## One line per run",
         "",
         "Generated by `python bench/tables.py` from bench/results/time_to_accuracy.jsonl, gpu.jsonl,",
         "ensembles.jsonl, recite.jsonl and runs.jsonl. Precision: bf16 autocast where the processor has native",
@@ -370,7 +416,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 def generated() -> dict[Path, str]:
     readme = README.read_text(encoding="utf-8")
-    readme = replace_block(readme, "results", results_table())
+    readme = replace_block(readme, "results", todays_table())
     readme = replace_block(readme, "speed", speed_table())
     return {README: readme, ALL_RUNS: all_runs_table()}
 

@@ -189,3 +189,25 @@ def test_an_ensemble_row_takes_the_doc_offset_of_the_run_sh_it_ended(monkeypatch
     logged(monkeypatch, tmp_path)
     (tmp_path / "results" / "runs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert "| ensemble of the variants (most confident answer) | direct | cpu, offset 14 |" in tables.results_table()
+
+
+def test_the_readme_table_has_one_row_per_run_protocol_and_machine_of_run_sh(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path)
+    lines = [PIPELINE_RUN, {**PIPELINE_RUN, "seed": 1, "dev_accuracy": 0.35, "pretrain_epochs": 91.0}]
+    (tmp_path / "results" / "runs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    rows = [line for line in tables.todays_table().splitlines() if line.startswith("| rope ")]
+    assert rows == ["| rope | direct | a test machine | cpu | 0, 1 | 25.0, 35.0 | **30.0** | 87/91 | - | 30 |"]
+
+
+def test_research_runs_and_earlier_recipes_stay_out_of_the_readme_table(monkeypatch, tmp_path):
+    earlier = {**PIPELINE_RUN, "pretrain_doc_offset": 14}
+    logged(monkeypatch, tmp_path, runs=earlier, time_to_accuracy=a_research_run(budget_fit=True))
+    assert "| rope |" not in tables.todays_table()
+    assert "| rope | direct | cpu, offset 14, 87 epochs in a budget |" in tables.results_table()
+
+
+def test_machines_are_named_in_plain_words():
+    assert tables.plain("AMD EPYC [family 25, model 17] (AVX512, bf16)") == "AMD EPYC, AVX-512 with bf16"
+    assert tables.plain("Intel(R) Xeon(R) Processor [family 6, model 167] (AVX2, no bf16)") == (
+        "Intel Xeon, AVX2 without bf16"
+    )
