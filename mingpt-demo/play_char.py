@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
+from config import check_memory  # noqa: E402
 from dataset import Vocabulary, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
@@ -38,6 +39,7 @@ from utils import UserError, bf16_supported, pick_device, seed_everything  # noq
 
 DEFAULT_INPUT = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
 MAX_SEED = 2**32 - 1  # numpy's seeds are 0..2**32-1
+MAX_SAMPLE = 1_000_000  # characters a sample may ask for
 
 
 @dataclass
@@ -305,6 +307,12 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
         p.error(f"--threads must be from 0 (torch's default) to {cores}, this machine's CPU cores, got {args.threads}")
     if not 0 <= args.seed <= MAX_SEED:
         p.error(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}")
+    if args.sample_chars > MAX_SAMPLE:  # each character is one more step of generation, kept in memory
+        p.error(f"--sample_chars must be at most {MAX_SAMPLE:,}, got {args.sample_chars}")
+    try:  # before the text is read: a model this machine cannot train is refused now
+        check_memory(GPTConfig(2, args.block_size, args.n_layer, args.n_head, args.n_embd))
+    except UserError as e:
+        p.error(str(e))
     args.top_k = args.top_k or None
     return DemoConfig(**vars(args))
 

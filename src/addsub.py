@@ -498,7 +498,26 @@ def check_settings(cfg: AddSubConfig, tcfg: TrainConfig) -> None:
         raise UserError(f"--max_len must be at least {IN_LEN} (the input's tokens), got {cfg.max_len}")
     if cfg.vocab_size < len(TOKENS):
         raise UserError(f"--vocab_size must be at least {len(TOKENS)} (the task's tokens), got {cfg.vocab_size}")
+    check_memory(cfg)
     check_seed(tcfg.seed)
+
+
+def check_memory(cfg: AddSubConfig) -> None:
+    """A UserError, before any allocation, for a model whose training would not fit in this machine's memory:
+    16 bytes a parameter (weights, gradients, AdamW's two moments) and the max_len x max_len causal mask."""
+    layer = 4 * cfg.emb_dim**2 + 2 * cfg.emb_dim * cfg.dim_feedforward  # attention and feed-forward
+    layers = cfg.num_encoder_layers + 2 * cfg.num_decoder_layers  # a decoder layer attends twice
+    need = 16 * (layers * layer + (2 * cfg.vocab_size + cfg.max_len) * cfg.emb_dim) + cfg.max_len**2
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: no bound
+        return
+    if need > memory:
+        raise UserError(
+            f"--emb_dim {cfg.emb_dim}, --dim_feedforward {cfg.dim_feedforward}, --max_len {cfg.max_len}, --vocab_size "
+            f"{cfg.vocab_size} and the layers need about {need / 2**30:,.0f} GiB to train; this machine has "
+            f"{memory / 2**30:,.0f} GiB"
+        )
 
 
 def check_seed(seed: int) -> None:
@@ -794,8 +813,9 @@ def run_evaluate(args: argparse.Namespace) -> None:
     if args.split not in SPLITS:
         raise UserError(f"unknown split {args.split!r}; choose one of {', '.join(SPLITS)}")
     device = pick_device(args.device)
+    split = load_split(args.data_dir, args.split)  # its checks before the model is loaded
     model = load_params(args.reading_params_path, device)
-    src, tgt = (t.to(device) for t in load_split(args.data_dir, args.split))
+    src, tgt = (t.to(device) for t in split)
     s = evaluate(model, src, tgt)
     print(
         f"{args.split}: exact-match {s['exact_match']:.4f} "
