@@ -62,6 +62,9 @@ for word in "${EXTRA_LIST[@]}"; do
 done
 # A run's outputs must not replace files git tracks (such as the recorded bench/results/report.md).
 [ ! -e "$OUT_DIR" ] || [ -d "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' is not a folder; give a folder name")
+above=$(dirname -- "$OUT_DIR")  # the folder mkdir -p would make it in: its nearest existing parent must be one
+while [ ! -e "$above" ] && [ "$above" != "$(dirname -- "$above")" ]; do above=$(dirname -- "$above"); done
+[ -d "$above" ] || bad+=("OUT_DIR '$OUT_DIR' lies inside '$above', which is not a folder; give a folder name")
 out_path=$(realpath -m -- "$OUT_DIR" 2>/dev/null || echo "$OUT_DIR")  # through symlinks, as git sees it
 tracked=$(git --literal-pathspecs ls-files -- "$out_path" 2>/dev/null | head -n 1) || true
 [ -z "$tracked" ] || bad+=("OUT_DIR '$OUT_DIR' holds files tracked by git ($tracked); choose another folder, e.g. outputs")
