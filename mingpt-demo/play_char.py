@@ -4,6 +4,8 @@
     python mingpt-demo/play_char.py                      # the CPU default: under 4 minutes on 2 shared cores
     python mingpt-demo/play_char.py --max_iters 300      # a quick look (babble with line breaks)
     python mingpt-demo/play_char.py --input my.txt       # any UTF-8 text
+    python mingpt-demo/play_char.py --writing_params_path demo.params   # keep the trained weights
+    python mingpt-demo/play_char.py --reading_params_path demo.params --max_iters 0 --prompt "ROMEO:"   # sample only
 
 The model, its sampler (`GPT.generate`) and the training loop are the repository's
 (`src/model.py`, `src/trainer.py`). This file adds
@@ -18,8 +20,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import NoReturn
@@ -35,11 +37,23 @@ from config import check_memory  # noqa: E402
 from dataset import Vocabulary, read_text  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
-from utils import UserError, bf16_supported, pick_device, seed_everything  # noqa: E402
+from utils import (  # noqa: E402
+    UserError,
+    bf16_supported,
+    check_output_file,
+    pick_device,
+    refuse_same_file,
+    seed_everything,
+    torch_load_safe,
+    torch_save_atomic,
+)
 
 DEFAULT_INPUT = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
 MAX_SEED = 2**32 - 1  # numpy's seeds are 0..2**32-1
 MAX_SAMPLE = 1_000_000  # characters a sample may ask for
+SHAPE = ("block_size", "n_layer", "n_head", "n_embd")  # the settings a params file fixes
+# The first estimate times this many steps after the first, which also pays for setting up the kernels.
+ESTIMATE_STEPS = 5
 
 
 @dataclass
@@ -47,6 +61,8 @@ class DemoConfig:
     """Everything the demo needs; the defaults are the CPU setting measured in README.md."""
 
     input: str = str(DEFAULT_INPUT)
+    writing_params_path: str | None = None  # where to save the trained model
+    reading_params_path: str | None = None  # a saved model to start from (max_iters 0: only sample)
     # model
     block_size: int = 128
     n_layer: int = 4
@@ -133,9 +149,12 @@ class CharDataset(Dataset):
             yield windows[:, :-1], windows[:, 1:]
 
 
-def make_datasets(text: str, block_size: int, val_fraction: float) -> tuple[CharDataset, CharDataset | None]:
-    """Train on the first (1 - val_fraction) of the text, validate on the rest (None if too short)."""
-    vocab = Vocabulary.from_text(text)
+def make_datasets(
+    text: str, block_size: int, val_fraction: float, vocab: Vocabulary | None = None
+) -> tuple[CharDataset, CharDataset | None]:
+    """Train on the first (1 - val_fraction) of the text, validate on the rest (None if too short).
+    The vocabulary is the text's characters unless given (a saved model's)."""
+    vocab = vocab or Vocabulary.from_text(text)
     n_val = int(len(text) * val_fraction)
     train_set = CharDataset(text[: len(text) - n_val], block_size, vocab)
     val_set = CharDataset(text[len(text) - n_val :], block_size, vocab) if n_val > block_size else None
@@ -183,7 +202,35 @@ def train(model: GPT, train_set: CharDataset, cfg: DemoConfig, device: torch.dev
         if name == "train/loss" and (step % cfg.print_every == 0 or step == cfg.max_iters):
             tqdm.write(f"iter {step}: loss {value:.4f}")
 
-    return Trainer(model, train_set, config, device, log).train()
+    trainer = Trainer(model, train_set, config, device, log)
+    trainer.add_callback("on_batch_end", early_estimate(cfg.max_iters))
+    return trainer.train()
+
+
+def duration(seconds: float) -> str:
+    """'40 s', '12 min' or '1.5 hours'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} hours"
+
+
+def early_estimate(max_iters: int) -> Callable[[Trainer], None]:
+    """A Trainer callback (on_batch_end) that prints once what the run's max_iters iterations take at the
+    pace of the ESTIMATE_STEPS steps after the first, which warms up; a shorter run gets no estimate."""
+    first_step_seconds = 0.0
+
+    def on_batch_end(trainer: Trainer) -> None:
+        nonlocal first_step_seconds
+        if trainer.step == 1:
+            first_step_seconds = trainer.seconds
+        if trainer.step == 1 + ESTIMATE_STEPS and max_iters > trainer.step:
+            pace = (trainer.seconds - first_step_seconds) / ESTIMATE_STEPS
+            total = trainer.seconds + (max_iters - trainer.step) * pace
+            tqdm.write(
+                f"{pace:.2f} s per iteration after the first: about {duration(total)} for {max_iters} iterations"
+            )
+
+    return on_batch_end
 
 
 @torch.no_grad()
@@ -215,36 +262,84 @@ def generate(
     return vocab.decode(y[0].tolist())
 
 
+def save_params(path: str | Path, model: GPT, vocab: Vocabulary, cfg: DemoConfig) -> None:
+    """Write the model's state_dict, its shape (SHAPE) and its characters to `path` atomically."""
+    shape = {name: getattr(cfg, name) for name in SHAPE}
+    torch_save_atomic({"state_dict": model.state_dict(), "shape": shape, "chars": vocab.itos[2:]}, path)
+
+
+def load_params(cfg: DemoConfig) -> tuple[DemoConfig, Vocabulary, dict]:
+    """What save_params wrote to cfg.reading_params_path: (cfg with the saved shape, the saved vocabulary,
+    the state_dict); a file that is not one is a one-line UserError."""
+    path = cfg.reading_params_path
+    try:
+        blob = torch_load_safe(path)
+        shape = {name: int(blob["shape"][name]) for name in SHAPE}
+        return replace(cfg, **shape), Vocabulary(list(blob["chars"])), dict(blob["state_dict"])
+    except UserError as e:
+        raise UserError(f"--reading_params_path {e}") from None
+    except (TypeError, KeyError, ValueError):
+        raise UserError(
+            f"--reading_params_path {path}: not a params file written by play_char.py --writing_params_path"
+        ) from None
+
+
 # ---------------------------------------------------------------------------
 # The demo, start to end
 
 
 def run(cfg: DemoConfig) -> str:
-    """Load, train, report the loss and return a sample: what the notebook does, in one call."""
-    text = load_text(cfg.input)
-    train_set, val_set = make_datasets(text, cfg.block_size, cfg.val_fraction)
+    """Load (the text, and with reading_params_path the model to start from), train max_iters iterations,
+    report the loss, write writing_params_path and return a sample: what the notebook does, in one call."""
+    check_output_file(cfg.writing_params_path, "--writing_params_path")  # fail now, not after training
+    refuse_same_file({"--writing_params_path": cfg.writing_params_path}, {"--input": cfg.input})
+    vocab, state = None, None
+    if cfg.reading_params_path:
+        cfg, vocab, state = load_params(cfg)
+    if cfg.max_iters:  # 0: only sample from the model read, which needs no text
+        text = load_text(cfg.input)
+        if vocab is not None and set(text) - set(vocab.itos):
+            unseen = "".join(sorted(set(text) - set(vocab.itos)))
+            raise UserError(f"--input {cfg.input}: characters the model read never saw: {unseen[:20]!r}")
+        train_set, val_set = make_datasets(text, cfg.block_size, cfg.val_fraction, vocab)
+        vocab = train_set.vocab
     if not cfg.prompt:
         raise UserError("--prompt must not be empty")
-    train_set.vocab.encode(cfg.prompt, where="--prompt")  # fail now, not after training
+    vocab.encode(cfg.prompt, where="--prompt")  # fail now, not after training
     device = setup(cfg)
-    print(f"data: {cfg.input}: {len(text):,} characters, {len(train_set.vocab) - 2} distinct")
-    model = make_model(cfg, train_set.vocab_size)
+    if cfg.max_iters:
+        print(f"data: {cfg.input}: {len(text):,} characters, {len(vocab) - 2} distinct")
+    model = make_model(cfg, len(vocab))
+    if state is not None:
+        try:
+            model.load_state_dict(state)
+        except RuntimeError:
+            raise UserError(f"--reading_params_path {cfg.reading_params_path}: weights of another shape") from None
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, n_embd {cfg.n_embd}, {n_params / 1e6:.2f}M parameters")
-    precision = "bf16 autocast" if not cfg.fp32 and bf16_supported(device) else "fp32"
+    read = f", read from {cfg.reading_params_path}" if state is not None else ""
     print(
-        f"training: {cfg.max_iters} iterations of {cfg.batch_size} windows of {cfg.block_size} on {device}, {precision}"
+        f"model: {cfg.n_layer} layers, {cfg.n_head} heads, n_embd {cfg.n_embd}, {n_params / 1e6:.2f}M parameters{read}"
     )
-    t0 = time.time()
-    losses = train(model, train_set, cfg, device)
-    seconds = time.time() - t0
-    tail = losses[-100:]
-    line = f"trained {len(losses)} iterations in {seconds:.0f} s: train loss {sum(tail) / len(tail):.3f}"
-    if val_set is not None:
-        line += f", val loss {estimate_loss(model, val_set, device):.3f}"
-    print(line + f" (train: mean of the last {len(tail)} steps)")
+    if cfg.max_iters:
+        precision = "bf16 autocast" if not cfg.fp32 and bf16_supported(device) else "fp32"
+        passes = cfg.max_iters * cfg.batch_size / len(train_set)
+        print(
+            f"training: {cfg.max_iters} iterations of {cfg.batch_size} windows of {cfg.block_size} "
+            f"({passes:.2g} passes over the text) on {device}, {precision}"
+        )
+        t0 = time.time()
+        losses = train(model, train_set, cfg, device)
+        seconds = time.time() - t0
+        tail = losses[-100:]
+        line = f"trained {len(losses)} iterations in {seconds:.0f} s: train loss {sum(tail) / len(tail):.3f}"
+        if val_set is not None:
+            line += f", val loss {estimate_loss(model, val_set, device):.3f}"
+        print(line + f" (train: mean of the last {len(tail)} steps)")
+    if cfg.writing_params_path:
+        save_params(cfg.writing_params_path, model, vocab, cfg)
+        print(f"wrote {cfg.writing_params_path}")
     seed_everything(cfg.seed)
-    out = generate(model, train_set.vocab, cfg.prompt, cfg.sample_chars, device, cfg.temperature, cfg.top_k, cfg.greedy)
+    out = generate(model, vocab, cfg.prompt, cfg.sample_chars, device, cfg.temperature, cfg.top_k, cfg.greedy)
     how = "greedy" if cfg.greedy else f"temperature {cfg.temperature}, top_k {cfg.top_k}"
     print(f"\n--- sample ({how}) ---\n{out}")
     return out
@@ -264,13 +359,20 @@ class Parser(argparse.ArgumentParser):
 def parse_args(argv: list[str] | None = None) -> DemoConfig:
     d = DemoConfig()
     p = Parser(prog="play_char.py", description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--input", default=d.input, help="text to train on (default: Tiny Shakespeare from the data step)")
+    p.add_argument("--input", default=d.input, help="text to train on; the default is the data step's Tiny Shakespeare")
+    p.add_argument("--writing_params_path", help="save the trained model here (written whole or not at all)")
+    p.add_argument("--reading_params_path", help="start from a saved model, its shape and characters (see --max_iters)")
     p.add_argument("--block_size", type=int, default=d.block_size, help="context length in characters")
     p.add_argument("--n_layer", type=int, default=d.n_layer, help="transformer blocks")
     p.add_argument("--n_head", type=int, default=d.n_head, help="attention heads")
     p.add_argument("--n_embd", type=int, default=d.n_embd, help="embedding width")
     p.add_argument("--dropout", type=float, default=d.dropout, help="dropout on embeddings, attention and residuals")
-    p.add_argument("--max_iters", type=int, default=d.max_iters, help="optimizer steps to train for")
+    p.add_argument(
+        "--max_iters",
+        type=int,
+        default=d.max_iters,
+        help="optimizer steps (0: only sample, with --reading_params_path)",
+    )
     p.add_argument("--batch_size", type=int, default=d.batch_size, help="windows per step")
     p.add_argument("--learning_rate", type=float, default=d.learning_rate, help="peak learning rate")
     p.add_argument("--warmup_iters", type=int, default=d.warmup_iters, help="steps of linear warm-up before the cosine")
@@ -286,9 +388,11 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
     p.add_argument("--top_k", type=int, default=d.top_k, help="sample among the k likeliest characters (0: all)")
     p.add_argument("--greedy", action="store_true", help="take the likeliest character every time instead of sampling")
     args = p.parse_args(argv)
-    for flag in ("block_size", "n_layer", "n_head", "n_embd", "max_iters", "batch_size", "print_every"):
+    for flag in ("block_size", "n_layer", "n_head", "n_embd", "batch_size", "print_every"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag} must be at least 1")
+    if args.max_iters < (0 if args.reading_params_path else 1):
+        p.error("--max_iters must be at least 1 (0, only sampling, needs --reading_params_path)")
     for flag in ("warmup_iters", "threads", "sample_chars", "top_k"):
         if getattr(args, flag) < 0:
             p.error(f"--{flag} must not be negative")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -109,7 +111,8 @@ def test_prompt_outside_the_vocabulary_fails_before_training(speech, capsys):
     ("flag", "value"),
     [("--learning_rate", "nan"), ("--learning_rate", "-1"), ("--learning_rate", "inf"), ("--dropout", "1.5")]
     + [("--dropout", "nan"), ("--temperature", "nan"), ("--temperature", "inf"), ("--seed", "-1")]
-    + [("--seed", str(2**40)), ("--max_iters", "-1"), ("--batch_size", "-3"), ("--threads", str(2**40))],
+    + [("--seed", str(2**40)), ("--max_iters", "-1"), ("--batch_size", "-3"), ("--threads", str(2**40))]
+    + [("--max_iters", "0")],
 )
 def test_a_setting_no_run_can_use_is_a_one_line_error_before_training(speech, flag, value, capsys):
     assert play_char.main(["--input", str(speech), *TINY_FLAGS, flag, value]) == 2
@@ -142,6 +145,51 @@ def test_a_fifo_as_input_is_refused_without_opening_it(tmp_path):
         == f"error: --input {fifo}: is a FIFO, device or socket, not a regular file; give a UTF-8 text file\n"
     )
     assert list(tmp_path.iterdir()) == [fifo]
+
+
+def test_the_first_estimate_is_for_the_runs_iterations_at_the_pace_after_the_warm_up_step(capsys):
+    on_batch_end = play_char.early_estimate(max_iters=20)
+    seconds = 0.0
+    for step, took in enumerate([30.0] + [0.5] * 19, start=1):  # a slow first step, then 0.5 s each
+        seconds += took
+        on_batch_end(SimpleNamespace(step=step, seconds=seconds))
+    assert capsys.readouterr().out == "0.50 s per iteration after the first: about 40 s for 20 iterations\n"
+
+
+def test_a_saved_model_samples_as_the_trained_one_did_without_training_or_text(speech, tmp_path, capsys):
+    params = tmp_path / "demo.params"
+    assert play_char.main(["--input", str(speech), *TINY_FLAGS, "--greedy", "--writing_params_path", str(params)]) == 0
+    trained = capsys.readouterr().out
+    assert f"wrote {params}" in trained and not list(tmp_path.glob("*.tmp"))
+    argv = ["--input", str(tmp_path / "gone.txt"), "--reading_params_path", str(params), "--max_iters", "0"]
+    assert play_char.main([*argv, "--sample_chars=20", "--greedy"]) == 0
+    sampled = capsys.readouterr().out
+    assert "iter" not in sampled and f"read from {params}" in sampled
+    assert sampled.split("--- sample")[1] == trained.split("--- sample")[1]
+
+
+@pytest.mark.parametrize("bad", ["the input", "a symlink to the input", "a folder", "a device"])
+def test_writing_params_path_that_cannot_take_a_params_file_is_refused_before_training(speech, tmp_path, bad, capsys):
+    target = {"the input": speech, "a folder": tmp_path, "a device": Path(os.devnull)}.get(bad, tmp_path / "link")
+    if bad == "a symlink to the input":
+        target.symlink_to(speech)
+    before = speech.read_text()
+    assert play_char.main(["--input", str(speech), *TINY_FLAGS, "--writing_params_path", str(target)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: --writing_params_path {target}") and err.count("\n") == 1
+    assert out == "" and speech.read_text() == before
+
+
+def test_reading_a_file_that_is_not_a_params_file_is_a_one_line_error(speech, capsys):
+    assert play_char.main(["--input", str(speech), *TINY_FLAGS, "--reading_params_path", str(speech)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: --reading_params_path {speech}: ") and err.count("\n") == 1 and out == ""
+
+
+def test_help_gives_each_setting_its_default_once(capsys):
+    assert play_char.main(["--help"]) == 0
+    flags = re.split(r"\s(?=--\w+[ ,=\n])", " ".join(capsys.readouterr().out.split("options:")[1].split()))
+    assert len(flags) > 20 and all(flag.count("(default:") <= 1 for flag in flags)
 
 
 def test_real_tiny_shakespeare_has_65_characters():
