@@ -64,6 +64,8 @@ IN_LEN = 9  # BOS sign d d op sign d d EOS
 OUT_LEN = 5  # BOS sign d d EOS
 SPLITS = ("train", "val", "test")
 SPLIT_SEED = 0
+DATA_DIR = "data/addsub"  # --data_dir's default: written where it says, read from REPO_DATA_DIR when missing here
+REPO_DATA_DIR = Path(__file__).resolve().parents[1] / DATA_DIR
 MAX_SEED = 2**32 - 1  # the seeds run.sh and the demo take (numpy's range)
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -154,6 +156,15 @@ def decode(ids: list[int]) -> str:
         else:
             words.append(t)
     return " ".join(words)
+
+
+def find_data_dir(data_dir: str | Path) -> str | Path:
+    """The folder to read the splits from: `data_dir` as given, or for the default DATA_DIR missing from
+    the current folder the repository's (and we say so), as run.py finds its data files."""
+    if str(data_dir) == DATA_DIR and not Path(data_dir).exists() and REPO_DATA_DIR.is_dir():
+        print(f"--data_dir {data_dir} is not in the current folder; using {REPO_DATA_DIR}")
+        return REPO_DATA_DIR
+    return data_dir
 
 
 def load_split(data_dir: str | Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -734,17 +745,22 @@ def _pick(cls, args: argparse.Namespace):
     return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
 
+DATA_DIR_HELP = f"folder with the split files (default: {DATA_DIR} here, else the repository's)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="addsub.py", description="AddSub: an encoder-decoder Transformer for signed two-digit + and -.")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="write the train/val/test split files")
-    d.add_argument("--data_dir", default="data/addsub", help="folder for train.txt, val.txt, test.txt")
+    d.add_argument(
+        "--data_dir", default=DATA_DIR, help=f"folder for train.txt, val.txt, test.txt (default: {DATA_DIR})"
+    )
     d.add_argument("--seed", type=int, default=SPLIT_SEED, help="seed of the shuffle that makes the split")
 
     t = sub.add_parser("train", help="train a model and write its params file")
     t.add_argument("--outputs_path", default="addsub.params", help="params file to write (config + weights)")
-    t.add_argument("--data_dir", default="data/addsub", help="folder with the split files")
+    t.add_argument("--data_dir", default=DATA_DIR, help=DATA_DIR_HELP)
     t.add_argument("--logdir", default="expt/addsub", help="TensorBoard root; each run gets a subfolder")
     t.add_argument("--device", default="auto", choices=DEVICES, help="where to train")
     t.add_argument("--no_progress", action="store_true", help="hide the tqdm bar")
@@ -754,7 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="greedy-decode a split and print exact-match and token accuracy")
     e.add_argument("--reading_params_path", default="addsub.params", help="params file to load")
     e.add_argument("--split", default="test", help=f"one of {', '.join(SPLITS)}")
-    e.add_argument("--data_dir", default="data/addsub", help="folder with the split files")
+    e.add_argument("--data_dir", default=DATA_DIR, help=DATA_DIR_HELP)
     e.add_argument("--device", default="auto", choices=DEVICES, help="where to evaluate")
 
     a = sub.add_parser("ask", help="answer one expression")
@@ -784,6 +800,7 @@ def run_train(args: argparse.Namespace) -> None:
     check_output_file(args.outputs_path, "--outputs_path")
     check_output_file(f"{args.outputs_path}.json", "--outputs_path's sidecar")
     check_output_dir(args.logdir, "--logdir")
+    args.data_dir = find_data_dir(args.data_dir)
     splits = {f"--data_dir's {s}.txt": Path(args.data_dir) / f"{s}.txt" for s in ("train", "val")}
     refuse_same_file(
         {"--outputs_path": args.outputs_path, "--outputs_path's sidecar": f"{args.outputs_path}.json"}, splits
@@ -813,7 +830,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
     if args.split not in SPLITS:
         raise UserError(f"unknown split {args.split!r}; choose one of {', '.join(SPLITS)}")
     device = pick_device(args.device)
-    split = load_split(args.data_dir, args.split)  # its checks before the model is loaded
+    split = load_split(find_data_dir(args.data_dir), args.split)  # its checks before the model is loaded
     model = load_params(args.reading_params_path, device)
     src, tgt = (t.to(device) for t in split)
     s = evaluate(model, src, tgt)

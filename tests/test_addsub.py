@@ -433,6 +433,37 @@ def test_evaluate_with_a_bad_split_name_is_a_one_line_error(trained, capsys):
     assert one_line_error(capsys.readouterr().err)
 
 
+def test_evaluate_from_another_folder_reads_the_repositorys_splits(trained, tmp_path, monkeypatch, capsys):
+    params, _ = trained
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["evaluate", "--reading_params_path", str(params), "--split", "val"]) == 0
+    out = capsys.readouterr().out
+    assert f"--data_dir data/addsub is not in the current folder; using {REPO / 'data' / 'addsub'}" in out
+    assert "/1248)" in out and list(tmp_path.iterdir()) == []
+
+
+def test_a_data_addsub_folder_in_the_current_folder_is_read_before_the_repositorys(
+    trained, tmp_path, monkeypatch, capsys
+):
+    params, _ = trained
+    (tmp_path / "data" / "addsub").mkdir(parents=True)
+    lines = (REPO / "data" / "addsub" / "val.txt").read_text().splitlines(keepends=True)
+    (tmp_path / "data" / "addsub" / "val.txt").write_text("".join(lines[:2]))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["evaluate", "--reading_params_path", str(params), "--split", "val"]) == 0
+    out = capsys.readouterr().out
+    assert "/2)" in out and "not in the current folder" not in out
+
+
+def test_train_from_another_folder_writes_its_params_and_logs_there(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *TINY_FLAGS, "--epochs", "1", "--batch_size", "256", "--no_progress"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["addsub.params", "addsub.params.json", "expt"]
+    assert list((tmp_path / "expt" / "addsub").rglob("events.out.tfevents.*"))
+
+
 def test_params_files_that_name_a_since_removed_setting_still_load(tmp_path):
     path = tmp_path / "old.params"
     addsub.save_params(path, AddSubTransformer(TINY))
