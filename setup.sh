@@ -24,10 +24,14 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   # The stamp hashes the requirements' contents, not their paths: a moved checkout needs no reinstall.
   STAMP="$ROOT/.venv/.installed-$(basename "$REQ")-$(cat "$REQ" "$ROOT/requirements.txt" | sha256sum | cut -c1-12)"
   if [ ! -f "$STAMP" ]; then
-    echo "setup: installing $(basename "$REQ")"
+    # Torch is most of it: say so before pip's first line, which is slow to come.
+    echo "setup: installing torch and the other packages of $(basename "$REQ") into .venv" \
+      "(about 1.1 GB on disk, most of it torch; a minute or more)..."
     "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip
-    "$ROOT/.venv/bin/python" -m pip install -q -r "$REQ"
+    # Not -q: pip names each package as it collects it, and shows a bar for what it downloads.
+    "$ROOT/.venv/bin/python" -m pip install --progress-bar on -r "$REQ"
     touch "$STAMP"
+    echo "setup: .venv ready after $((SECONDS / 60)) min $((SECONDS % 60)) s; it holds $(du -sh "$ROOT/.venv" | cut -f1)"
   fi
   "$ROOT/.venv/bin/python" "$ROOT/data/get_data.py"
   exit 0

@@ -179,7 +179,7 @@ def test_a_venv_without_python_is_refused_in_one_line(tmp_path):
 def test_a_moved_checkout_does_not_reinstall(tmp_path):
     root = fake_checkout(tmp_path / "a")
     assert bash(f'source "{root}/setup.sh"').returncode == 0
-    assert "-m pip install -q -r" in calls(root)
+    assert "-m pip install --progress-bar on -r" in calls(root)
     moved = tmp_path / "elsewhere" / "b"
     moved.parent.mkdir()
     root.rename(moved)
@@ -195,7 +195,7 @@ def test_changed_requirements_reinstall(tmp_path):
     with open(root / "requirements.txt", "a") as f:
         f.write("einops\n")
     assert bash(f'source "{root}/setup.sh" dev').returncode == 0
-    assert "-m pip install -q -r" in calls(root)
+    assert "-m pip install --progress-bar on -r" in calls(root)
 
 
 # ---------------------------------------------------------------------------
