@@ -44,6 +44,8 @@ class TrainerConfig:
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
+    micro_batch: int = 32  # rows per length-grouped micro-batch of a step (see micro_batches); 0: never split
+    micro_batch: int = 0  # rows per length-grouped micro-batch of a step (0: the whole batch at once; see optimize)
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -56,6 +58,21 @@ def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap:
     if cap:
         progress = min(progress, 1.0)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, rows: int) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
+    """The batch x, y (B, T) as micro-batches of at most `rows` rows of similar length, each cropped to its
+    longest row's last target (rounded up to a multiple of 8, as the datasets crop) and paired with its
+    share of the batch's targets (PAD, id 0, is none); [(x, y, 1.0)] unless that saves a quarter of the
+    positions. Causal models give each row the same logits cropped, so the shares' weighted sum of the
+    micro-batches' mean losses is the batch's mean loss, and its gradient the batch's."""
+    lengths = torch.where(y != 0, torch.arange(1, y.size(1) + 1), 0).amax(1)  # (B,) up to the last target
+    groups = lengths.argsort(stable=True).split(rows) if rows else [lengths]
+    widths = [min(y.size(1), -(-int(lengths[g].max()) // 8) * 8) for g in groups]
+    if sum(len(g) * w for g, w in zip(groups, widths)) > 0.75 * y.numel():
+        return [(x, y, 1.0)]
+    targets = int((y != 0).sum())
+    return [(x[g, :w], y[g, :w], int((y[g] != 0).sum()) / targets) for g, w in zip(groups, widths)]
 
 
 class TrainingInterrupted(Exception):
@@ -88,7 +105,7 @@ class Trainer:
         self.losses: list[float] = []
         self.lr = config.learning_rate
         self.seconds = 0.0  # time spent training, summed over resumed runs
-        self.step_seconds, self.step_positions = 0.0, 0  # the latest step's time and x.numel()
+        self.step_seconds, self.step_positions = 0.0, 0  # the latest step's time and positions computed
         self.epoch_seconds: list[float] = []  # training time of each epoch run whole
         self.clock = time.monotonic  # tests replace it
         self.stop = False  # set by a callback: end the run after this step
@@ -171,7 +188,6 @@ class Trainer:
             now = self.clock()
             self.step_seconds, self.last_tick = now - self.last_tick, now
             self.seconds += self.step_seconds
-            self.step_positions = x.numel()
             length = getattr(self.train_dataset, "example_length", None) or y.size(1)
             self.lr = self.schedule(x.size(0) * length)
             self.losses.append(loss.item())
@@ -194,15 +210,38 @@ class Trainer:
             self.log("train/epoch_seconds", self.seconds - seconds_at_start, self.epoch)
 
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One optimizer step on the batch x, y (B, T); returns the loss."""
+        """One optimizer step on the batch x, y (B, T); returns its loss. The gradient is summed over the
+        micro-batches, each weighted by its share of the batch's targets: the whole batch's step."""
         x, y = x.to(self.device), y.to(self.device)
-        with autocast(self.device, self.config.bf16):
-            _, loss = self.model(x, y)
         self.model.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, self.step_positions = torch.zeros((), device=self.device), 0
+        for xs, ys, share in self.micro_batches(x, y):
+            with autocast(self.device, self.config.bf16):
+                _, part = self.model(xs, ys)
+            (part * share).backward()
+            loss, self.step_positions = loss + part.detach() * share, self.step_positions + xs.numel()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
         self.optimizer.step()
         return loss
+
+    def micro_batches(self, x: torch.Tensor, y: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor, Any]]:
+        """(x, y, share of the batch's targets) parts of the batch x, y (B, T): the whole batch, or with
+        config.micro_batch its rows grouped by length, each group cropped after its last target (rounded up
+        to 8 positions) so that padding the model would compute for nothing is left out. The loss must be
+        the mean over targets that are not 0 (PAD), as GPT's is; a causal model's earlier outputs do not
+        depend on the positions cropped."""
+        size = self.config.micro_batch
+        if not size or size >= len(x):
+            return [(x, y, 1.0)]
+        targets = y != 0  # (B, T)
+        ends = torch.where(targets.any(1), y.size(1) - targets.flip(1).int().argmax(1), 0)  # (B,) last target + 1
+        parts = []
+        for rows in torch.argsort(ends, stable=True).split(size):
+            width = min(y.size(1), -(-int(ends[rows].max()) // 8) * 8)
+            count = targets[rows, :width].sum()
+            if count:  # a part without targets adds nothing (and its mean loss would be NaN)
+                parts.append((x[rows, :width], y[rows, :width], count / targets.sum()))
+        return parts
 
     def schedule(self, tokens: int) -> float:
         """Count the step's `tokens` and set the learning rate they lead to; returns it."""

@@ -92,6 +92,38 @@ def test_an_fp32_step_gives_the_loss_and_parameters_of_the_course_loops_step(var
         torch.testing.assert_close(ours, their_state[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "rope"])
+def test_a_step_in_length_grouped_micro_batches_gives_the_course_loops_step_on_the_whole_batch(variant):
+    torch.manual_seed(0)
+    ds = tiny_people_dataset()
+    no_dropout = {"embd_pdrop": 0.0, "resid_pdrop": 0.0, "attn_pdrop": 0.0}
+    model = GPT(GPTConfig(ds.vocab_size, 32, 2, 2, 16, variant=variant, bottleneck_dim=24, **no_dropout))
+    theirs = course.course_copy(model)
+    cfg = TrainerConfig(batch_size=16, learning_rate=1e-2, decay="all_but_biases", bf16=False, order="file",
+                        micro_batch=4)  # fmt: skip
+    trainer = Trainer(model, ds, cfg, torch.device("cpu"))
+    x, y = next(iter(trainer.batches(0)))
+    loss = trainer.optimize(x, y)
+    assert trainer.step_positions < x.numel()  # the padding after each group's last target was left out
+    their_loss = course.train_step(theirs, course.optimizer(theirs, cfg), x, y, cfg.grad_norm_clip)
+    torch.testing.assert_close(loss, their_loss)
+    their_state = theirs.state_dict()
+    for name, ours in model.state_dict().items():
+        torch.testing.assert_close(ours, their_state[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_micro_batches_group_rows_by_their_last_target_crop_each_group_and_weigh_it_by_its_targets():
+    cfg = TrainerConfig(micro_batch=2)
+    trainer = Trainer(GPT(GPTConfig(10, 16, 1, 1, 8)), tiny_people_dataset(), cfg, torch.device("cpu"))
+    ends = [2, 0, 16, 1, 3]  # row i's targets are its first ends[i] positions (row 1 has none)
+    y = torch.stack([(torch.arange(16) < end).long() * 5 for end in ends])  # (5, 16)
+    x = torch.arange(5)[:, None].expand(5, 16)  # row i's inputs are all i
+    parts = trainer.micro_batches(x, y)
+    assert [xs[:, 0].tolist() for xs, _, _ in parts] == [[1, 3], [0, 4], [2]]  # by their last target
+    assert [tuple(xs.shape) for xs, _, _ in parts] == [(2, 8), (2, 8), (1, 16)]  # cropped to a multiple of 8
+    assert [round(float(share) * 22) for _, _, share in parts] == [1, 5, 16]  # of the batch's 22 targets
+
+
 def test_training_with_muon_reduces_the_loss():
     losses = tiny_run(steps=15, optimizer="muon")
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
