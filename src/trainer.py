@@ -44,7 +44,6 @@ class TrainerConfig:
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
-    micro_batch: int = 32  # rows per length-grouped micro-batch of a step (see micro_batches); 0: never split
     micro_batch: int = 0  # rows per length-grouped micro-batch of a step (0: the whole batch at once; see optimize)
 
 
@@ -58,21 +57,6 @@ def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap:
     if cap:
         progress = min(progress, 1.0)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def micro_batches(x: torch.Tensor, y: torch.Tensor, rows: int) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
-    """The batch x, y (B, T) as micro-batches of at most `rows` rows of similar length, each cropped to its
-    longest row's last target (rounded up to a multiple of 8, as the datasets crop) and paired with its
-    share of the batch's targets (PAD, id 0, is none); [(x, y, 1.0)] unless that saves a quarter of the
-    positions. Causal models give each row the same logits cropped, so the shares' weighted sum of the
-    micro-batches' mean losses is the batch's mean loss, and its gradient the batch's."""
-    lengths = torch.where(y != 0, torch.arange(1, y.size(1) + 1), 0).amax(1)  # (B,) up to the last target
-    groups = lengths.argsort(stable=True).split(rows) if rows else [lengths]
-    widths = [min(y.size(1), -(-int(lengths[g].max()) // 8) * 8) for g in groups]
-    if sum(len(g) * w for g, w in zip(groups, widths)) > 0.75 * y.numel():
-        return [(x, y, 1.0)]
-    targets = int((y != 0).sum())
-    return [(x[g, :w], y[g, :w], int((y[g] != 0).sum()) / targets) for g, w in zip(groups, widths)]
 
 
 class TrainingInterrupted(Exception):
