@@ -9,12 +9,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 from conftest import PEOPLE
 from torch.utils.tensorboard import SummaryWriter
 
 import logs
 import run
-from bench import bench_budget, gpu_check, report, time_to_accuracy
+from bench import bench_budget, bench_epoch, gpu_check, report, time_to_accuracy
 from bench.research import (
     LoggedEpochs,
     accuracy,
@@ -180,3 +181,37 @@ def test_the_tensorboard_prefix_names_the_folders_run_py_writes():
     prefix = tensorboard_prefix(argv)
     assert prefix == "budget_alone_rope_pretrain_seed3"
     assert logs.run_folder(run.command_config(argv)).name.startswith(f"{prefix}_")
+
+
+# ---------------------------------------------------------------------------
+# bench_epoch.py: a step's price on this machine
+
+
+def bench_epoch_row(corpus: Path, out: Path, *flags: str) -> dict:
+    """The one row `bench_epoch.py` appends to `out` for a tiny vanilla model and two timed steps."""
+    tiny = ["--variants", "vanilla", "--steps", "2", "--warmup", "1", "--n_layer", "2", "--n_head", "2"]
+    argv = [*tiny, "--n_embd", "16", "--peak_n", "128", "--corpus", str(corpus), "--out", str(out), *flags]
+    assert bench_epoch.main(argv) == 0
+    (row,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    return row
+
+
+def test_bench_epoch_records_parts_that_share_the_step_and_the_mfu_as_achieved_over_peak(tiny_corpus, tmp_path):
+    row = bench_epoch_row(tiny_corpus, tmp_path / "speed.jsonl")
+    assert row["bench"] == "epoch" and row["variant"] == "vanilla" and row["steps"] == 2
+    assert set(row["parts"]) == {"forward", "backward", "optimizer", "data", "other"}
+    assert sum(part["share"] for part in row["parts"].values()) == pytest.approx(1.0)
+    assert sum(part["seconds"] for part in row["parts"].values()) == pytest.approx(row["seconds_per_step"])
+    assert row["achieved_gflops"] == pytest.approx(row["model_gflop_per_step"] / row["seconds_per_step"])
+    assert row["mfu"] == pytest.approx(row["achieved_gflops"] / row["peak_gflops"])
+    assert row["optimizer_gflop_per_step"] > 0  # the cpu preset's Muon iterates on the blocks' matrices
+    for key in ("cpu", "cpu_name", "threads", "torch", "date", "command", "commit", "positions_per_step"):
+        assert key in row
+
+
+def test_bench_epoch_times_the_handout_step_on_micro_batches_that_leave_padding_out(tiny_corpus, tmp_path):
+    row = bench_epoch_row(tiny_corpus, tmp_path / "speed.jsonl", "--preset", "handout", "--batch_size", "8",
+                          "--micro_batch", "2")  # fmt: skip
+    assert (row["order"], row["optimizer"], row["micro_batch"]) == ("file", "adamw", 2)
+    assert row["target_positions_per_step"] <= row["positions_per_step"] < row["padded_positions_per_step"]
+    assert row["optimizer_gflop_per_step"] == 0  # AdamW: no Newton–Schulz iteration

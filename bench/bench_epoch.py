@@ -1,0 +1,316 @@
+"""What a pretraining step costs on this machine, and how close it comes to the machine's matmul peak.
+
+    python bench/bench_epoch.py                                  # --preset cpu, every variant, 30 steps
+    python bench/bench_epoch.py --preset handout --variants vanilla   # the handout's step (file order, batch 128)
+    python bench/bench_epoch.py --preset handout --variants vanilla --paired /tmp/base/src --rounds 3
+        # the same step with another checkout's src/ (a `git worktree`), alternating runs: paired_speedup
+
+(1) The peak: a 2048^3 matmul, and one of the model's own shapes ((2048, 256) x (256, 1024)), in the
+    precision training uses (bf16 where the hardware has it natively and --fp32 is not given, else fp32).
+(2) For each variant, the model, data and trainer of `run.py pretrain VARIANT wiki.txt --preset P`
+    (config.resolve, build_model, trainer_config, Trainer; perceiver with --bottleneck_dim 64), then
+    --warmup and --steps steps driven here from the trainer's own pieces, as Trainer.optimize runs them
+    (Trainer.micro_batches, the model, clipping, the optimizer), timed in parts: forward (with the
+    loss), backward, optimizer, data (building one epoch's batches, per batch) and other (the rest of
+    the step: splitting, clipping, the learning rate, reading the loss).
+(3) FLOPs. The model's are counted by torch.utils.flop_counter on every micro-batch shape the steps
+    ran (matmuls, attention included; forward and backward). For vanilla and rope that is nanoGPT's
+    6·N·P + 12·n_layer·n_embd·T·P (within 1%), N the parameters of the matmuls (all but the embedding tables),
+    P the positions computed (x.numel() of the cropped micro-batches) and T each micro-batch's width;
+    the perceiver's middle blocks see only its m bottleneck positions, which the counter follows.
+    Muon's Newton–Schulz iteration (optim.orthogonalize) costs 5 rounds × (4·s²·l + 2·s³) for each
+    s×l matrix (s the short side); its spectral form (fp32 CPUs) one round's worth and an eigh, not
+    counted. achieved_gflops = model FLOPs / step seconds; mfu = achieved_gflops / peak_gflops (the
+    2048^3 matmul), nanoGPT's MFU against the measured peak instead of a datasheet's.
+
+Prints a table and appends one JSON row per variant (bench "epoch") to --out. Wall-clock on a shared
+machine is noisy: --paired alternates the two checkouts and reports the ratio of their medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("vanilla", "perceiver", "rope")
+PARTS = ("forward", "backward", "optimizer", "data", "other")
+NS_ROUNDS = 5  # optim.orthogonalize's default
+
+
+def load_src(src: Path) -> SimpleNamespace:
+    """The modules of the src/ folder `src` (this checkout's, or another's for a paired comparison)."""
+    sys.path.insert(0, str(src))
+    import config, dataset, optim, trainer, utils  # noqa: E401, I001
+
+    return SimpleNamespace(config=config, dataset=dataset, optim=optim, trainer=trainer, utils=utils)
+
+
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
+    """GFLOP/s of (m, k) @ (k, n) in `dtype`, repeated for about `seconds` after a warm-up."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    reps, t0 = 0, time.perf_counter()
+    while reps < 3 or time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
+
+
+def newton_schulz_flops(optimizer) -> float:
+    """FLOPs of one step's Newton–Schulz iterations (see the module's docstring); 0 without Muon."""
+    muon = getattr(optimizer, "muon", None)
+    if muon is None:
+        return 0.0
+    rounds = 1 if muon.spectral else NS_ROUNDS
+    shapes = [(min(p.shape), max(p.shape)) for group in muon.param_groups for p in group["params"]]
+    return float(sum(rounds * (4 * short * short * long + 2 * short**3) for short, long in shapes))
+
+
+class FlopCount:
+    """Forward-and-backward FLOPs of `model` per micro-batch shape, counted once per shape on a copy."""
+
+    def __init__(self, model: torch.nn.Module, autocast):
+        self.model, self.autocast, self.by_shape = copy.deepcopy(model), autocast, {}
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> int:
+        if x.shape not in self.by_shape:
+            with FlopCounterMode(display=False) as counter:
+                with self.autocast():
+                    _, loss = self.model(x, y)
+                loss.backward()
+            self.model.zero_grad(set_to_none=True)
+            self.by_shape[x.shape] = counter.get_total_flops()
+        return self.by_shape[x.shape]
+
+
+def split(trainer, x: torch.Tensor, y: torch.Tensor) -> list:
+    """The step's micro-batches [(x, y, share)] as trainer.optimize takes them (a src/ without them: one)."""
+    if hasattr(trainer, "micro_batches"):
+        return list(trainer.micro_batches(x, y))
+    return [(x, y, None)]
+
+
+def timed_step(src: SimpleNamespace, trainer, x: torch.Tensor, y: torch.Tensor, clock: dict) -> torch.Tensor:
+    """One optimizer step on the batch x, y (B, T), as Trainer.optimize takes it, with the seconds of its
+    forward, backward and optimizer parts added to `clock`; returns the loss."""
+    cfg, model, device = trainer.config, trainer.model, trainer.device
+    model.zero_grad(set_to_none=True)
+    loss = 0.0
+    for xs, ys, share in split(trainer, x.to(device), y.to(device)):
+        t0 = time.perf_counter()
+        with src.utils.autocast(device, cfg.bf16):
+            _, part = model(xs.to(device), ys.to(device))
+        t1 = time.perf_counter()
+        (part if share is None else part * share).backward()
+        clock["forward"] += t1 - t0
+        clock["backward"] += time.perf_counter() - t1
+        loss = loss + (part.detach() if share is None else part.detach() * share)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip)
+    t0 = time.perf_counter()
+    trainer.optimizer.step()
+    clock["optimizer"] += time.perf_counter() - t0
+    return loss
+
+
+def build(src: SimpleNamespace, args: argparse.Namespace, variant: str):
+    """The dataset and trainer that `run.py pretrain VARIANT CORPUS --preset P` (and the size flags) builds."""
+    typed = {"function": "pretrain", "variant": variant, "pretrain_corpus_path": str(args.corpus),
+             "preset": args.preset, "bottleneck_dim": 64, "fp32": args.fp32 or None, "batch_size": args.batch_size,
+             "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd}  # fmt: skip
+    run_config = src.config.resolve(typed)
+    src.utils.seed_everything(run_config.seed)
+    corpus = src.dataset.CharCorruptionDataset(
+        src.dataset.read_text(args.corpus), src.config.BLOCK_SIZE, max_offset=run_config.doc_offset
+    )
+    model = src.config.build_model(run_config, corpus.vocab_size)
+    cfg = replace(src.config.trainer_config(run_config, len(corpus)), ckpt_path=None)
+    if args.micro_batch is not None:
+        cfg = replace(cfg, micro_batch=args.micro_batch)
+    device = torch.device("cpu")
+    return corpus, src.trainer.Trainer(model, corpus, cfg, device), run_config
+
+
+def measure_variant(src: SimpleNamespace, args: argparse.Namespace, variant: str) -> dict:
+    """Time --warmup then --steps steps of `variant`; returns its results (no peak or machine yet)."""
+    corpus, trainer, run_config = build(src, args, variant)
+    cfg = trainer.config
+    t0 = time.perf_counter()
+    epoch = list(trainer.batches(1))  # epoch 0's batches are the ones trained on below
+    data_seconds = (time.perf_counter() - t0) / len(epoch)
+    epoch_positions = sum(xs.numel() for x, y in epoch for xs, _, _ in split(trainer, x, y))
+    batches = list(trainer.batches(0))
+    batches = (batches * (1 + (args.warmup + args.steps) // len(batches)))[: args.warmup + args.steps]
+    flops = FlopCount(trainer.model, lambda: src.utils.autocast(trainer.device, cfg.bf16))
+    trainer.model.train()
+    clock = dict.fromkeys(PARTS, 0.0)
+    positions = padded = targets = model_flops = 0
+    losses, wall = [], 0.0
+    for i, (x, y) in enumerate(batches):
+        if i == args.warmup:
+            clock = dict.fromkeys(PARTS, 0.0)
+        t0 = time.perf_counter()
+        loss = timed_step(src, trainer, x, y, clock)
+        trainer.schedule(x.size(0) * corpus.example_length)
+        losses.append(loss.item())
+        if i >= args.warmup:
+            wall += time.perf_counter() - t0
+            parts = split(trainer, x, y)
+            positions += sum(xs.numel() for xs, _, _ in parts)
+            model_flops += sum(flops(xs, ys) for xs, ys, _ in parts)
+            padded, targets = padded + x.numel(), targets + int((y != 0).sum())
+    n = args.steps
+    seconds = {part: clock[part] / n for part in ("forward", "backward", "optimizer")}
+    other = max(0.0, wall / n - sum(seconds.values()))  # what the step's wall time holds beyond those
+    seconds |= {"data": data_seconds, "other": other}
+    step = sum(seconds.values())
+    return {
+        "variant": variant,
+        "preset": args.preset,
+        "order": cfg.order,
+        "batch_size": cfg.batch_size,
+        "micro_batch": getattr(cfg, "micro_batch", None),
+        "optimizer": cfg.optimizer,
+        "dropout": run_config.dropout,
+        "sizes": {"n_layer": run_config.n_layer, "n_head": run_config.n_head, "n_embd": run_config.n_embd},
+        "steps": n,
+        "warmup": args.warmup,
+        "seconds_per_step": step,
+        "parts": {part: {"seconds": s, "share": s / step} for part, s in seconds.items()},
+        "positions_per_step": positions / n,
+        "padded_positions_per_step": padded / n,
+        "target_positions_per_step": targets / n,
+        "model_gflop_per_step": model_flops / n / 1e9,
+        "optimizer_gflop_per_step": newton_schulz_flops(trainer.optimizer) / 1e9,
+        "epoch": {
+            "batches": len(epoch),
+            "positions": epoch_positions,
+            "seconds": step / (positions / n) * epoch_positions,
+        },  # fmt: skip
+        "final_loss": losses[-1],
+    }
+
+
+def machine(src: SimpleNamespace, bf16: bool, peak_n: int) -> dict:
+    """The machine's part of a row: its CPU, threads, torch, precision and measured matmul peaks."""
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    info = src.utils.cpu_info()
+    # research.cpu_name's spelling, built here: research imports this checkout's src/, not --src's
+    native = "bf16" if src.utils.bf16_supported(torch.device("cpu")) else "no bf16"
+    name = f"{info.get('model name', '?')} [family {info.get('cpu family', '?')}, model {info.get('model', '?')}]"
+    return {
+        "cpu_name": f"{name} ({torch.backends.cpu.get_cpu_capability()}, {native})",
+        "cpu": {k: info[k] for k in ("model name", "cpu family", "model", "stepping") if k in info},
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "precision": "bf16" if bf16 else "fp32",
+        "peak_gflops": matmul_gflops(peak_n, peak_n, peak_n, dtype),
+        "shape_gflops": matmul_gflops(2048, 256, 1024, dtype),
+    }
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    """Every variant's row, with the machine, provenance and achieved/peak figures."""
+    src = load_src(args.src)
+    bf16 = not args.fp32 and src.utils.bf16_supported(torch.device("cpu"))
+    where = machine(src, bf16, args.peak_n)
+    common = {"bench": "epoch", **where, "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
+              "commit": src.utils.provenance(torch.device("cpu"))["commit"], "src": str(args.src)}  # fmt: skip
+    rows = []
+    for variant in args.variants:
+        row = {**common, **measure_variant(src, args, variant)}
+        row["achieved_gflops"] = row["model_gflop_per_step"] / row["seconds_per_step"]
+        row["mfu"] = row["achieved_gflops"] / row["peak_gflops"]
+        rows.append(row)
+    return rows
+
+
+def paired(args: argparse.Namespace, argv: list[str]) -> list[dict]:
+    """--rounds runs of this checkout's src/ and of --paired's, alternating, each in its own process;
+    one row per variant: this checkout's medians with the other's step and paired_speedup (theirs / ours)."""
+    runs: dict[str, list[list[dict]]] = {"ours": [], "theirs": []}
+    own = [a for i, a in enumerate(argv) if a not in ("--paired", "--rounds") and argv[i - 1 : i] not in (["--paired"], ["--rounds"])]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for who, src in (("theirs", args.paired), ("ours", args.src))[:: 1 if r % 2 else -1]:
+                out = Path(tmp) / f"{who}{r}.jsonl"
+                cmd = [sys.executable, __file__, *own, "--src", str(src), "--out", str(out)]
+                subprocess.run(cmd, check=True)
+                runs[who].append([json.loads(line) for line in out.read_text().splitlines()])
+    rows = []
+    for i, _ in enumerate(runs["ours"][0]):
+        ours, theirs = [run[i] for run in runs["ours"]], [run[i] for run in runs["theirs"]]
+        row = min(
+            ours, key=lambda r: abs(r["seconds_per_step"] - statistics.median(o["seconds_per_step"] for o in ours))
+        )
+        row = {
+            **row,
+            "command": " ".join(sys.argv),
+            "paired_with": {"src": str(args.paired), "commit": theirs[0]["commit"]},
+        }
+        row["paired_seconds"] = {
+            "ours": [r["seconds_per_step"] for r in ours],
+            "theirs": [r["seconds_per_step"] for r in theirs],
+        }
+        row["paired_speedup"] = statistics.median(row["paired_seconds"]["theirs"]) / statistics.median(
+            row["paired_seconds"]["ours"]
+        )
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| variant | step | positions | GFLOP/s | peak | MFU | " + " | ".join(PARTS) + " | epoch |",
+             "|---" * (7 + len(PARTS)) + "|"]  # fmt: skip
+    for r in rows:
+        shares = " | ".join(f"{r['parts'][p]['share']:.0%}" for p in PARTS)
+        speedup = f" ({r['paired_speedup']:.2f}x the other src)" if "paired_speedup" in r else ""
+        lines.append(
+            f"| {r['variant']}, {r['preset']} | {r['seconds_per_step']:.3f} s{speedup} | {r['positions_per_step']:,.0f} "
+            f"| {r['achieved_gflops']:.0f} | {r['peak_gflops']:.0f} | {r['mfu']:.1%} | {shares} | {r['epoch']['seconds']:.1f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="cpu", choices=["cpu", "handout"], help="run.py's preset (cpu)")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--steps", type=int, default=30, help="timed steps per variant (30)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (3)")
+    p.add_argument("--corpus", type=Path, default=ROOT / "data" / "wiki.txt")
+    p.add_argument("--fp32", action="store_true", help="train in fp32 (as run.py --fp32)")
+    p.add_argument("--micro_batch", type=int, default=None, help="the trainer's micro_batch (0: never split)")
+    for size in ("batch_size", "n_layer", "n_head", "n_embd"):
+        p.add_argument(f"--{size}", type=int, default=None, help="as run.py's flag (tests: tiny models)")
+    p.add_argument("--peak_n", type=int, default=2048, help="side of the square matmul timed for the peak")
+    p.add_argument("--src", type=Path, default=ROOT / "src", help="the src/ folder to time (another checkout's)")
+    p.add_argument("--paired", type=Path, default=None, help="another src/ to alternate with (paired_speedup)")
+    p.add_argument("--rounds", type=int, default=3, help="--paired: runs of each")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.jsonl", help="appended to")
+    p.add_argument("--no_record", action="store_true", help="print only")
+    args = p.parse_args(argv)
+    rows = paired(args, argv) if args.paired else measure(args)
+    print(table(rows))
+    if not args.no_record:
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
