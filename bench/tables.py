@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections import defaultdict
 from dataclasses import asdict
@@ -297,7 +298,8 @@ def seconds(step: dict) -> str:
 def speed_table() -> str:
     latest: dict[str, dict] = {}
     for r in read_jsonl("speed.jsonl"):
-        latest[r["machine"]] = r
+        if r.get("bench") != "epoch":  # bench_epoch.py's rows: epoch_table
+            latest[r["machine"]] = r
     lines = ["| machine | measurement | reference | fast | ratio |", "|---|---|---|---|---|"]
     for machine, r in latest.items():
         name = re.sub(r", torch .*", "", short(re.sub(r", (\d+) threads.*", one_thread, machine)))
@@ -326,6 +328,30 @@ def speed_table() -> str:
                 f"{c['reference_seconds_extrapolated']:.0f} s (from {c['reference_people']}) | {c['fast_seconds']:.1f} s "
                 f"({same} text) | {c['reference_seconds_extrapolated'] / c['fast_seconds']:.0f}x |"
             )
+    return "\n".join(lines)
+
+
+def epoch_table() -> str:
+    """bench/bench_epoch.py's latest rows per machine: a cpu-preset step priced against the measured matmul
+    peak, where its time goes, and the handout's step paired with the commit before its micro-batches."""
+    latest: dict[tuple, dict] = {}
+    for r in read_jsonl("speed.jsonl"):
+        if r.get("bench") == "epoch":
+            latest[(r["cpu_name"], r["preset"], r["variant"], "paired_speedup" in r)] = r
+    lines = ["| machine | pretraining step | seconds | GFLOP/s (of the peak) | forward, backward, optimizer |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for (machine, preset, variant, paired), r in latest.items():
+        parts = ", ".join(f"{r['parts'][p]['share']:.0%}" for p in ("forward", "backward", "optimizer"))
+        what = f"{variant}, --preset {preset}, batch {r['batch_size']}"
+        seconds = f"{r['seconds_per_step']:.2f} s"
+        if paired:
+            what += f", micro-batches of {r['micro_batch']}"
+            before, after = (statistics.median(r["paired_seconds"][k]) for k in ("theirs", "ours"))
+            seconds = (
+                f"{after:.2f} s (before, {r['paired_with']['commit'][:7]}: {before:.2f} s; {r['paired_speedup']:.2f}x)"
+            )
+        lines.append(f"| {plain(machine)}, {r['threads']} threads | {what} | {seconds} "
+                     f"| {r['achieved_gflops']:.0f} ({r['mfu']:.0%} of {r['peak_gflops']:.0f}) | {parts} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -418,6 +444,7 @@ def generated() -> dict[Path, str]:
     readme = README.read_text(encoding="utf-8")
     readme = replace_block(readme, "results", todays_table())
     readme = replace_block(readme, "speed", speed_table())
+    readme = replace_block(readme, "epoch", epoch_table())
     return {README: readme, ALL_RUNS: all_runs_table()}
 
 

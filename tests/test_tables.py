@@ -211,3 +211,19 @@ def test_machines_are_named_in_plain_words():
     assert tables.plain("Intel(R) Xeon(R) Processor [family 6, model 167] (AVX2, no bf16)") == (
         "Intel Xeon, AVX2 without bf16"
     )
+
+
+def test_a_priced_step_shows_its_share_of_the_peak_and_a_paired_one_the_step_before(monkeypatch, tmp_path):
+    part = {"forward": {"share": 0.25}, "backward": {"share": 0.4}, "optimizer": {"share": 0.35}}
+    row = {"bench": "epoch", "cpu_name": "AMD EPYC [family 25, model 17] (AVX512, bf16)", "threads": 2,
+           "preset": "handout", "variant": "vanilla", "batch_size": 128, "micro_batch": 32, "parts": part,
+           "seconds_per_step": 1.0, "achieved_gflops": 190.0, "mfu": 0.46, "peak_gflops": 413.0,
+           "paired_speedup": 1.6, "paired_with": {"commit": "00b442b1"},
+           "paired_seconds": {"ours": [1.0, 0.9, 1.1], "theirs": [1.6, 1.7, 1.5]}}  # fmt: skip
+    logged(monkeypatch, tmp_path, speed=row)
+    (line,) = [line for line in tables.epoch_table().splitlines() if "vanilla" in line]
+    assert line == (
+        "| AMD EPYC, AVX-512 with bf16, 2 threads | vanilla, --preset handout, batch 128, micro-batches of 32 "
+        "| 1.00 s (before, 00b442b: 1.60 s; 1.60x) | 190 (46% of 413) | 25%, 40%, 35% |"
+    )
+    assert tables.speed_table().count("\n") == 1  # the speed table's header only: the row is not a speed line
