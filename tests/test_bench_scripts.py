@@ -124,8 +124,9 @@ def test_time_to_accuracy_logs_a_pretraining_with_its_planned_epochs_rate_and_bu
 
 
 def test_time_to_accuracy_logs_a_finetune_with_the_finetuning_rate(tmp_path):
+    (tmp_path / "pt.params").write_bytes(b"")  # run.py checks that the params it would read exist
     argv = ["finetune", "rope", "wiki.txt", "--preset", "cpu", "--reading_params_path", str(tmp_path / "pt.params"),
-            "--writing_params_path", str(tmp_path / "ft.params"), "--finetune_corpus_path", "train.tsv"]  # fmt: skip
+            "--writing_params_path", str(tmp_path / "ft.params"), "--finetune_corpus_path", "birth_places_train.tsv"]  # fmt: skip
     settings = time_to_accuracy.trainer_settings(params_sidecar(argv, planned_epochs=5))
     assert (settings["max_epochs"], settings["learning_rate"], settings["budget_fit"]) == (5, 1e-4, False)
 
