@@ -160,15 +160,15 @@ class Trainer:
 
     def train_epoch(self) -> None:
         """Train the current epoch from batch `batch_in_epoch` to its end, or until finished()."""
-        n_batches = self.batches_per_epoch
+        n_batches, max_steps = self.batches_per_epoch, self.config.max_steps or math.inf
         seconds_at_start, whole = self.seconds, self.batch_in_epoch == 0
-        desc = f"epoch {self.epoch + 1}/{self.config.max_epochs}"
+        desc = f"epoch {self.epoch + 1}/{self.config.max_epochs}" if max_steps >= n_batches else f"{max_steps} steps"
+        ends_at = min(n_batches, self.batch_in_epoch + max_steps - self.step)
         batches = self.batches(self.epoch, skip=self.batch_in_epoch)
-        bar = tqdm(batches, total=n_batches, initial=self.batch_in_epoch, desc=desc, leave=False)
+        bar = tqdm(batches, total=ends_at, initial=self.batch_in_epoch, desc=desc, leave=False)
         for x, y in bar:
             loss = self.optimize(x, y)
-            self.step += 1
-            self.batch_in_epoch += 1
+            self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + 1
             now = self.clock()
             self.step_seconds, self.last_tick = now - self.last_tick, now
             self.seconds += self.step_seconds
@@ -209,11 +209,9 @@ class Trainer:
         return loss
 
     def micro_batches(self, x: torch.Tensor, y: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor, Any]]:
-        """(x, y, share of the batch's targets) parts of the batch x, y (B, T): the whole batch, or with
-        config.micro_batch its rows grouped by length, each group cropped after its last target (rounded up
-        to 8 positions) so that padding the model would compute for nothing is left out. The loss must be
-        the mean over targets that are not 0 (PAD), as GPT's is; a causal model's earlier outputs do not
-        depend on the positions cropped."""
+        """(x, y, share of the targets) parts of a batch x, y (B, T): all of it, or with config.micro_batch its
+        rows grouped by where their targets end, each group cropped there (to a multiple of 8): the loss must
+        be a mean over the targets that are not 0 (PAD), as GPT's is, and the model causal."""
         size = self.config.micro_batch
         if not size or size >= len(x):
             return [(x, y, 1.0)]
