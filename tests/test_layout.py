@@ -31,9 +31,13 @@ def test_the_cli_module_holds_at_most_400_lines():
 # the loop's policy moved to budget.py, the parser came from RunConfig and DDP left, and about
 # 3,596 with the guards against hostile input (sidecars checked field by field, model sizes bounded
 # before allocation, name limits, stale temporaries, flags refused outside their command, where a
-# params file came from). The ceiling keeps new code from growing it unnoticed (raise it on
-# purpose, saying why, or cut).
-SRC_LINES_CEILING = 3600
+# params file came from), and 3,783 with what a user sees and what a crash may not lose: TensorBoard
+# folders named by what each run did with its config as hparams (logs.py), progress lines for
+# recitation, help that states each preset's values, run.sh's plan of the other steps, params and
+# sidecar renamed as a recoverable pair, flags checked before any work, and the handout's step in
+# micro-batches. The ceiling keeps new code from growing it unnoticed (raise it on purpose, saying
+# why, or cut).
+SRC_LINES_CEILING = 3800
 
 
 def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():
