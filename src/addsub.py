@@ -28,6 +28,7 @@ import math
 import os
 import random
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -114,12 +115,17 @@ def write_splits(data_dir: str | Path, seed: int = SPLIT_SEED) -> dict[str, int]
                 f"--data_dir {data_dir}: {name}.txt is a folder, FIFO, device or broken link, not a regular file; "
                 "remove it or choose another --data_dir"
             )
-    counts = {}
-    for name, pairs in split_expressions(seed).items():
-        text = "".join(f"{x}\t{y}\n" for x, y in pairs)
-        Path(data_dir).mkdir(parents=True, exist_ok=True)
-        write_text_atomic(Path(data_dir) / f"{name}.txt", text)
-        counts[name] = len(pairs)
+    counts, made = {}, not os.path.lexists(data_dir)
+    try:
+        for name, pairs in split_expressions(seed).items():
+            text = "".join(f"{x}\t{y}\n" for x, y in pairs)
+            Path(data_dir).mkdir(parents=True, exist_ok=True)
+            write_text_atomic(Path(data_dir) / f"{name}.txt", text)
+            counts[name] = len(pairs)
+    except UserError:  # a full disk: the folder this call made goes again, with any split written in it
+        if made:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        raise
     return counts
 
 

@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -58,28 +59,33 @@ def run_folder(args: RunConfig) -> Path:
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
     """Inside: (a writer logging to the run's folder, a dict the command fills with what it found). On a
     normal end the resolved config goes in as hparams, with the numbers found as their metrics; after a
-    failure (but for an interruption, which may resume) the folder and the empty folders above it go."""
-    folder = run_folder(args)
+    failure (but for an interruption, which may resume) the folder and the empty folders above it go,
+    and an OS error (a full disk) is one line."""
+    folder, writer, found = run_folder(args), None, {}
+    # The writer's own thread prints a traceback for a full disk; the command says it in one line instead.
+    quiet, threading.excepthook = threading.excepthook, lambda a: issubclass(a.exc_type, OSError) or quiet(a)
     try:
         writer = SummaryWriter(log_dir=str(folder))
-    except OSError as e:  # a full disk, a read-only folder
-        raise UserError(f"{folder}: the TensorBoard folder cannot be made ({e.strerror})") from None
-    print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
-    writer.add_text("config", json.dumps(asdict(args), indent=1))
-    found: dict = {}
-    try:
+        print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
+        writer.add_text("config", json.dumps(asdict(args), indent=1))
         yield writer, found
         hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in asdict(args).items()}
         metrics = {f"hparams/{k}": v for k, v in found.items() if isinstance(v, int | float) and math.isfinite(v)}
         writer.add_hparams(hparams, metrics, run_name=".")  # ".": the run's own folder, not a new one
+        writer.close()  # writes what is buffered: a full disk shows here
     except TrainingInterrupted:
-        raise  # resumable: its logs stay
-    except BaseException:
         writer.close()
+        raise  # resumable: its logs stay
+    except BaseException as e:
+        if writer is not None:  # first, so that its thread writes no more into the folder
+            with contextlib.suppress(Exception):
+                writer.close()
         shutil.rmtree(folder, ignore_errors=True)
         for parent in (folder.parent, folder.parent.parent):
             with contextlib.suppress(OSError):
                 parent.rmdir()
+        if isinstance(e, OSError):
+            raise UserError(f"{e.filename or folder}: cannot be written ({e.strerror or e})") from None
         raise
     finally:
-        writer.close()
+        threading.excepthook = quiet

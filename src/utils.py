@@ -13,6 +13,7 @@ import pickle
 import platform
 import random
 import secrets
+import shutil
 import stat
 import subprocess
 import time
@@ -241,8 +242,11 @@ def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Pa
     with atomic_path(path) as tmp:
         try:
             torch.save(obj, tmp)
-        except RuntimeError as e:  # torch's writer reports a failed write (a full disk) this way
-            raise OSError(errno.EIO, str(e).splitlines()[0]) from None
+        except RuntimeError as e:  # torch's writer reports a failed write (a full disk) this way, cryptically
+            full = shutil.disk_usage(tmp.parent).free < 1 << 20
+            raise (
+                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) if full else OSError(errno.EIO, str(e).splitlines()[0])
+            ) from None
         if before_rename is not None:
             _fsync(tmp)
             before_rename(tmp)

@@ -111,6 +111,21 @@ def test_split_is_reproducible_byte_for_byte(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+def test_splits_that_a_full_disk_stops_leave_no_folder_behind(tmp_path, monkeypatch):
+    written = []
+
+    def fills_the_disk(path, text):
+        if written:
+            raise addsub.UserError(f"{path}: cannot be written (No space left on device)")
+        written.append(path)
+        Path(path).write_text(text)
+
+    monkeypatch.setattr(addsub, "write_text_atomic", fills_the_disk)
+    with pytest.raises(addsub.UserError, match="No space left on device"):
+        write_splits(tmp_path / "splits")
+    assert written and not (tmp_path / "splits").exists()
+
+
 def test_committed_split_files_equal_a_fresh_generation(tmp_path):
     write_splits(tmp_path)
     for name in ("train.txt", "val.txt", "test.txt"):

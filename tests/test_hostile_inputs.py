@@ -12,12 +12,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import TINY_MODEL
 
+import logs
 import run
+import utils
 from utils import UserError, atomic_path, torch_save_atomic, write_text_atomic
 
 
@@ -263,6 +266,28 @@ def test_a_full_disk_while_saving_is_one_line_naming_the_file_and_keeps_the_old_
     with pytest.raises(UserError, match=r"x.params: cannot be written \(PytorchStreamWriter failed"):
         torch_save_atomic({"w": torch.zeros(2)}, target)
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["x.params"]
+
+
+def test_a_save_that_fails_on_a_full_disk_says_the_disk_is_full(tmp_path, monkeypatch):
+    def full(obj, f):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 128 vs 0")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(utils.shutil, "disk_usage", lambda path: SimpleNamespace(total=200_000, used=200_000, free=0))
+    with pytest.raises(UserError, match=r"x.params: cannot be written \(No space left on device\)"):
+        torch_save_atomic({"w": torch.zeros(2)}, tmp_path / "x.params")
+
+
+def test_a_tensorboard_folder_on_a_full_disk_is_one_line_and_left_behind_by_nothing(tiny_corpus, monkeypatch, capsys):
+    def full_disk_writer(log_dir: str) -> None:
+        Path(log_dir).mkdir(parents=True)  # as SummaryWriter does, before its first write fails
+        (Path(log_dir) / "events.out.tfevents.0").write_bytes(b"")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(logs, "SummaryWriter", full_disk_writer)
+    argv = ["pretrain", "vanilla", tiny_corpus, "--writing_params_path", "pt.params", "--max_steps", "1", *TINY_MODEL]
+    refused(capsys, argv, "expt/pretrain/run_vanilla_pretrain_seed0_", "cannot be written (No space left on device)")
+    assert not Path("expt").exists() and not Path("pt.params").exists()
 
 
 def test_a_full_disk_while_writing_text_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
