@@ -45,6 +45,7 @@ from attention import MultiHeadAttention
 from utils import (
     UserError,
     check_output_file,
+    no_thread_tracebacks_for_os_errors,
     pick_device,
     refuse_same_file,
     torch_save_atomic,
@@ -823,7 +824,19 @@ def run_train(args: argparse.Namespace) -> None:
     def on_best(m, best):
         save_params(args.outputs_path, m, {**extra, "best": best})
 
-    summary = train(model, data["train"], data["val"], tcfg, run_dir, on_best, progress=not args.no_progress)
+    made = None  # the outermost folder of --logdir that this run will make
+    for folder in (Path(args.logdir), *Path(args.logdir).parents):
+        if os.path.lexists(folder):
+            break
+        made = folder
+    try:
+        with no_thread_tracebacks_for_os_errors():
+            summary = train(model, data["train"], data["val"], tcfg, run_dir, on_best, progress=not args.no_progress)
+    except OSError as e:  # the TensorBoard logs on a full disk; the params of the best epoch so far are kept
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise UserError(f"{e.filename or run_dir}: cannot be written ({e.strerror or e})") from None
     save_params(args.outputs_path, model, {**extra, "best": summary})
     print(
         f"best val exact-match {summary['val_exact_match']:.4f} (epoch {summary['epoch']}), "

@@ -8,7 +8,6 @@ import contextlib
 import json
 import math
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -19,7 +18,7 @@ from torch.utils.tensorboard import SummaryWriter
 from config import RunConfig
 from params import read_sidecar
 from trainer import TrainingInterrupted
-from utils import UserError
+from utils import UserError, no_thread_tracebacks_for_os_errors
 
 
 def run_role(args: RunConfig) -> str:
@@ -62,30 +61,27 @@ def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
     failure (but for an interruption, which may resume) the folder and the empty folders above it go,
     and an OS error (a full disk) is one line."""
     folder, writer, found = run_folder(args), None, {}
-    # The writer's own thread prints a traceback for a full disk; the command says it in one line instead.
-    quiet, threading.excepthook = threading.excepthook, lambda a: issubclass(a.exc_type, OSError) or quiet(a)
-    try:
-        writer = SummaryWriter(log_dir=str(folder))
-        print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
-        writer.add_text("config", json.dumps(asdict(args), indent=1))
-        yield writer, found
-        hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in asdict(args).items()}
-        metrics = {f"hparams/{k}": v for k, v in found.items() if isinstance(v, int | float) and math.isfinite(v)}
-        writer.add_hparams(hparams, metrics, run_name=".")  # ".": the run's own folder, not a new one
-        writer.close()  # writes what is buffered: a full disk shows here
-    except TrainingInterrupted:
-        writer.close()
-        raise  # resumable: its logs stay
-    except BaseException as e:
-        if writer is not None:  # first, so that its thread writes no more into the folder
-            with contextlib.suppress(Exception):
-                writer.close()
-        shutil.rmtree(folder, ignore_errors=True)
-        for parent in (folder.parent, folder.parent.parent):
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-        if isinstance(e, OSError):
-            raise UserError(f"{e.filename or folder}: cannot be written ({e.strerror or e})") from None
-        raise
-    finally:
-        threading.excepthook = quiet
+    with no_thread_tracebacks_for_os_errors():  # the error is said once, in one line, below
+        try:
+            writer = SummaryWriter(log_dir=str(folder))
+            print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
+            writer.add_text("config", json.dumps(asdict(args), indent=1))
+            yield writer, found
+            hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in asdict(args).items()}
+            metrics = {f"hparams/{k}": v for k, v in found.items() if isinstance(v, int | float) and math.isfinite(v)}
+            writer.add_hparams(hparams, metrics, run_name=".")  # ".": the run's own folder, not a new one
+            writer.close()  # writes what is buffered: a full disk shows here
+        except TrainingInterrupted:
+            writer.close()
+            raise  # resumable: its logs stay
+        except BaseException as e:
+            if writer is not None:  # first, so that its thread writes no more into the folder
+                with contextlib.suppress(Exception):
+                    writer.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            for parent in (folder.parent, folder.parent.parent):
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            if isinstance(e, OSError):
+                raise UserError(f"{e.filename or folder}: cannot be written ({e.strerror or e})") from None
+            raise

@@ -16,6 +16,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -367,6 +368,18 @@ class ScalarWriter(Protocol):
     def add_text(self, tag: str, text: str) -> None: ...
     def add_hparams(self, hparam_dict: dict, metric_dict: dict, run_name: str) -> None: ...
     def close(self) -> None: ...
+
+
+@contextlib.contextmanager
+def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
+    """Inside, a thread that dies of an OSError (TensorBoard's writer on a full disk) prints nothing: the
+    main thread meets the same error at its next write and says it in one line."""
+    previous = threading.excepthook
+    threading.excepthook = lambda hook: issubclass(hook.exc_type, OSError) or previous(hook)
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 class Progress:

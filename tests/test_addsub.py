@@ -2,6 +2,7 @@
 masking, greedy decoding, the params files and the command line."""
 
 import dataclasses
+import errno
 import math
 import os
 import re
@@ -477,6 +478,21 @@ def test_train_from_another_folder_writes_its_params_and_logs_there(tmp_path, mo
     assert main(["train", *TINY_FLAGS, "--epochs", "1", "--batch_size", "256", "--no_progress"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["addsub.params", "addsub.params.json", "expt"]
     assert list((tmp_path / "expt" / "addsub").rglob("events.out.tfevents.*"))
+
+
+def test_tensorboard_logs_on_a_full_disk_are_one_line_and_leave_no_folder(tmp_path, monkeypatch, capsys):
+    import torch.utils.tensorboard
+
+    def full_disk_writer(log_dir: str) -> None:
+        Path(log_dir).mkdir(parents=True)  # as SummaryWriter does, before its first write fails
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", full_disk_writer)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *TINY_FLAGS, "--epochs", "1", "--no_progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith("cannot be written (No space left on device)")
+    assert not (tmp_path / "expt").exists()
 
 
 def test_params_files_that_name_a_since_removed_setting_still_load(tmp_path):
