@@ -56,10 +56,9 @@ def run_folder(args: RunConfig) -> Path:
 
 @contextlib.contextmanager
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
-    """Inside: (a writer logging to the run's folder, a dict the command fills with what it found). On a
-    normal end the resolved config goes in as hparams, with the numbers found as their metrics; after a
-    failure (but for an interruption, which may resume) the folder and the empty folders above it go,
-    and an OS error (a full disk) is one line."""
+    """Inside: (a writer to the run's folder, a dict the command fills with what it found), logged as hparams
+    beside the config at the end. A failure (not an interruption, which may resume) removes the folder and
+    the empty ones above it; an OS error (a full disk) becomes one line."""
     folder, writer, found = run_folder(args), None, {}
     with no_thread_tracebacks_for_os_errors():  # the error is said once, in one line, below
         try:

@@ -372,8 +372,8 @@ class ScalarWriter(Protocol):
 
 @contextlib.contextmanager
 def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
-    """Inside, a thread that dies of an OSError (TensorBoard's writer on a full disk) prints nothing: the
-    main thread meets the same error at its next write and says it in one line."""
+    """Inside, a thread dying of an OSError (TensorBoard's writer on a full disk) prints nothing: the main
+    thread meets the error at its next write and says it in one line."""
     previous = threading.excepthook
     threading.excepthook = lambda hook: issubclass(hook.exc_type, OSError) or previous(hook)
     try:
@@ -383,9 +383,8 @@ def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
 
 
 class Progress:
-    """Prints `what`'s progress as plain lines (a pipe or a log shows them too), at most one every `every`
-    seconds: `update(done)` of `total`. The estimate of the time left starts after the first update, which
-    pays one-time costs (threads starting, caches growing) that the rest of the work does not."""
+    """Prints `what`'s progress, `update(done)` of `total`, as plain lines (logs show them) at most every `every`
+    seconds; the time left is estimated from after the first update, which pays one-time costs."""
 
     def __init__(self, what: str, total: int, every: float = 20.0):
         self.what, self.total, self.every = what, total, every
