@@ -117,8 +117,8 @@ timed() {  # timed NAME command...: run it, log it, remember its wall-clock seco
   STEP=$((STEP + 1))
   local left="" elapsed=$((SECONDS - START))
   if [ -n "${PLANNED_MINUTES:-}" ]; then left=$(awk -v p="$PLANNED_MINUTES" -v e="$elapsed" \
-    'BEGIN { l = p - e / 60; if (l > 0) printf ", about %.0f minutes left of the plan", l }'); fi
-  echo "run.sh: step $STEP of $STEPS done ($name, $((SECONDS - t0)) s); $((elapsed / 60)) minutes so far$left"
+    'BEGIN { l = p - e / 60; if (l > 0) printf ", about %.0f min left of the plan", l }'); fi
+  echo "run.sh: step $STEP of $STEPS done ($name, $((SECONDS - t0)) s); $((elapsed / 60)) min so far$left"
 }
 seconds_of() { awk -v n="$1" '$1 == n {print $2}' "$OUT_DIR/times.txt"; }
 : >"$OUT_DIR/times.txt"

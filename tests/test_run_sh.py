@@ -242,7 +242,7 @@ def test_every_step_says_how_many_are_done_and_the_time_so_far(tmp_path):
     out, _ = fake_run(tmp_path, VARIANTS="vanilla rope")
     done = [line for line in out.splitlines() if line.startswith("run.sh: step ")]
     assert len(done) == 3 + 7 * 2 + 1
-    assert done[0].startswith("run.sh: step 1 of 18 done (london, ") and "minutes so far" in done[-1]
+    assert done[0].startswith("run.sh: step 1 of 18 done (london, ") and "min so far" in done[-1]
 
 
 def test_all_steps_of_one_run_log_into_one_tensorboard_folder(tmp_path):
