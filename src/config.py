@@ -17,7 +17,7 @@ from model import GPT, VARIANTS, GPTConfig
 from params import stored_sizes
 from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
 from trainer import TrainerConfig
-from utils import UserError, find_data_file
+from utils import UserError, find_data_file, pick_device
 
 BLOCK_SIZE = 128
 FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
@@ -236,9 +236,9 @@ def trainer_config(
         cosine_cap=args.schedule == "run",
         max_steps=args.max_steps,
         order=args.order,
-        # The handout's file order pads each batch to its longest example; length-grouped micro-batches of
-        # the same step leave most of that padding out (Trainer.micro_batches). Other orders are grouped already.
-        micro_batch=32 if args.order == "file" else 0,
+        # The file order pads each batch to its longest: on a CPU, micro-batches of the same step leave that out
+        # (Trainer.micro_batches); not on a GPU, whose step is bound by kernel launches, which they multiply.
+        micro_batch=32 if args.order == "file" and pick_device(args.device).type == "cpu" else 0,
         decay=args.decay,
         bf16=not args.fp32,
         optimizer=args.optimizer,

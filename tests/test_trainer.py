@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bench import course
+from config import resolve, trainer_config
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
 from trainer import Trainer, TrainerConfig, lr_multiplier
@@ -110,6 +111,13 @@ def test_a_step_in_length_grouped_micro_batches_gives_the_course_loops_step_on_t
     their_state = theirs.state_dict()
     for name, ours in model.state_dict().items():
         torch.testing.assert_close(ours, their_state[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_handouts_order_trains_in_micro_batches_on_a_cpu_and_whole_batches_on_a_gpu(monkeypatch):
+    args = resolve({"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "wiki.txt"})
+    assert args.order == "file" and trainer_config(args, 2937).micro_batch == 32
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # device auto: the GPU
+    assert trainer_config(args, 2937).micro_batch == 0
 
 
 def test_micro_batches_group_rows_by_their_last_target_crop_each_group_and_weigh_it_by_its_targets():
