@@ -201,15 +201,13 @@ def pretrain_budget_minutes(
     pretraining; None: the preset's."""
     cpu = PRESETS["cpu"]
     epoch = nopretrain_seconds / (nopretrain_epochs or cpu["finetune"]["max_epochs"])
+    finetune_pretrained, reader = (finetune_epochs or cpu[p]["max_epochs"] for p in ("finetune_pretrained", "reader"))
     others = used_seconds + 2 * dev_seconds  # the ensemble's evaluation at the end
     for variant in variants:
         chars = bottleneck_dim - ANSWER_ROOM if variant == "perceiver" else RECITE_CHARS
         # A recite reader's epoch took about 2.7 epochs of questions: its examples (the recitations that
         # hold their place, about 85%) are three times as long at 100 characters of recitation.
         reader_epoch = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
-        finetune_pretrained, reader = (
-            finetune_epochs or cpu[p]["max_epochs"] for p in ("finetune_pretrained", "reader")
-        )
         # six evaluations' worth: direct and recite answers to dev and test, reciting the training people
         others += epoch * finetune_pretrained + reader_epoch * reader + 6 * dev_seconds + 30  # and a margin
     return max(1.0, (total_minutes * 60 - others) / len(variants) / 60), others / 60

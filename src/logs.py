@@ -1,6 +1,5 @@
-"""TensorBoard for a run.py command: one folder per run, named after what the run did, holding the
-command's scalars, its resolved config (as text and as hparams beside what it found), and removed
-again when the command fails."""
+"""TensorBoard for a run.py command: one folder per run, named after what it did, holding its scalars and its
+resolved config (as text, and as hparams beside what it found); removed again when the command fails."""
 
 from __future__ import annotations
 

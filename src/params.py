@@ -92,8 +92,8 @@ def stored_sizes(path: str | None, flag: str) -> dict:
     return sizes
 
 
-def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
-    """Load `path` into `model`, refusing a file made for another model with a message naming the mismatch."""
+def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
+    """Load `path` into `model` (a one-line error naming the mismatch for another model's); returns its SHA-256."""
     p = Path(path)
     have = read_sidecar(p) or {}  # first: it may finish a killed save
     if not p.is_file():
@@ -103,7 +103,8 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
         if key in have and have[key] != want[key]:
             shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
             raise UserError(f"{path}: params do not fit this model: {key} {shown} (from {sidecar_path(p).name})")
-    if "params_sha256" in have and have["params_sha256"] != file_sha256(p):
+    sha256 = file_sha256(p)
+    if have.get("params_sha256", sha256) != sha256:
         raise UserError(f"{path}: its sidecar {sidecar_path(p).name} describes other params (a write of the two "
                         "was interrupted?); train them again")  # fmt: skip
     state = torch_load_safe(p)
@@ -120,3 +121,4 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> None:
             raise UserError(f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
                             "(another bottleneck_dim, vocabulary or model size?)")  # fmt: skip
     model.load_state_dict(state)
+    return sha256

@@ -144,8 +144,9 @@ def train(
     Returns the run's record (steps, epochs, seconds, final loss) as its sidecar holds it."""
     if args.writing_params_path is None:
         raise UserError(f"{args.function} needs --writing_params_path")
+    parent = {}  # the params it starts from, checked even when resuming
     if args.reading_params_path is not None:
-        load_params(model, corpus.vocab, args.reading_params_path)  # checked even when resuming
+        parent["parent_sha256"] = load_params(model, corpus.vocab, args.reading_params_path)
     dataset, extra = training_data(args, corpus, model, device)
     cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length)
     data = {str(path): file_sha256(path) for path in data_files(args).values()}
@@ -167,13 +168,13 @@ def train(
     with stop_on_signals(trainer):
         trainer.train()
     seconds = time.time() - t0
-    parent = {"parent_sha256": file_sha256(args.reading_params_path)} if args.reading_params_path else {}
     made = {"command": command, "data_sha256": data, **parent, **provenance(device)}
-    record = {"config": asdict(args), **made, **run_record(trainer, pace), **extra}
+    done = run_record(trainer, pace)
+    record = {"config": asdict(args), **made, **done, **extra}
     save_params(model, corpus.vocab, args.writing_params_path, record)
     print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
           end_of_run(trainer, ckpt_path))  # fmt: skip
-    return run_record(trainer, pace)
+    return done
 
 
 def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:

@@ -217,12 +217,12 @@ class Trainer:
             return [(x, y, 1.0)]
         targets = y != 0  # (B, T)
         ends = torch.where(targets.any(1), y.size(1) - targets.flip(1).int().argmax(1), 0)  # (B,) last target + 1
-        parts = []
+        parts, total = [], targets.sum()
         for rows in torch.argsort(ends, stable=True).split(size):
             width = min(y.size(1), -(-int(ends[rows].max()) // 8) * 8)
             count = targets[rows, :width].sum()
             if count:  # a part without targets adds nothing (and its mean loss would be NaN)
-                parts.append((x[rows, :width], y[rows, :width], count / targets.sum()))
+                parts.append((x[rows, :width], y[rows, :width], count / total))
         return parts
 
     def schedule(self, tokens: int) -> float:
