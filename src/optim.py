@@ -25,6 +25,7 @@ class OptimizerSettings(Protocol):
     betas: tuple[float, float]
     weight_decay: float
     bf16: bool
+    ns_rounds: int  # Muon: Newton–Schulz rounds
     orthogonalize_every: int  # Muon: recompute the orthogonalising map every k steps, reuse it between
 
 
@@ -116,11 +117,12 @@ class Muon(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
                  momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False,
-                 orthogonalize_every: int = 1):  # fmt: skip
+                 orthogonalize_every: int = 1, ns_rounds: int = 5):  # fmt: skip
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
         self.ns_dtype = ns_dtype
         self.spectral = spectral
         self.orthogonalize_every = orthogonalize_every
+        self.ns_rounds = ns_rounds
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:
@@ -144,7 +146,7 @@ class Muon(torch.optim.Optimizer):
                 elif self.spectral:
                     direction = orthogonalize_spectral(update)
                 else:
-                    direction = orthogonalize(update, dtype=self.ns_dtype)
+                    direction = orthogonalize(update, self.ns_rounds, dtype=self.ns_dtype)
                 p.mul_(1 - lr * decay)
                 p.add_(direction, alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
 
@@ -220,5 +222,6 @@ def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.o
         ns_dtype=ns_dtype,
         spectral=spectral,
         orthogonalize_every=config.orthogonalize_every,
+        ns_rounds=config.ns_rounds,
     )
     return MuonAdamW(muon, adamw)
