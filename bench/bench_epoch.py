@@ -20,8 +20,7 @@
     the perceiver's middle blocks see only its m bottleneck positions, which the counter follows.
     Muon's Newton–Schulz iteration (optim.orthogonalize) costs 5 rounds × (4·s²·l + 2·s³) for each
     s×l matrix (s the short side); its spectral form (fp32 CPUs) one round's worth and an eigh, not
-    counted; with orthogonalize_every k, the map (2·s²·l + 5 rounds × 8·s³) every k steps and its
-    product with the update (2·s²·l) every step. achieved_gflops = model FLOPs / step seconds; mfu = achieved_gflops / peak_gflops (the
+    counted. achieved_gflops = model FLOPs / step seconds; mfu = achieved_gflops / peak_gflops (the
     2048^3 matmul), nanoGPT's MFU against the measured peak instead of a datasheet's.
 
 Prints a table and appends one JSON row per variant (bench "epoch") to --out. Wall-clock on a shared
@@ -80,14 +79,8 @@ def newton_schulz_flops(optimizer) -> float:
     muon = getattr(optimizer, "muon", None)
     if muon is None:
         return 0.0
-    shapes = [(min(p.shape), max(p.shape)) for group in muon.param_groups for p in group["params"]]
-    every = getattr(muon, "orthogonalize_every", 1)  # absent in checkouts from before it
-    if every > 1:  # optim.orthogonalizer every k steps (Gram matrix, 8·s³ a round), applied every step
-        return float(
-            sum((2 * short * short * long + NS_ROUNDS * 8 * short**3) / every + 2 * short * short * long
-                for short, long in shapes)
-        )  # fmt: skip
     rounds = 1 if muon.spectral else NS_ROUNDS
+    shapes = [(min(p.shape), max(p.shape)) for group in muon.param_groups for p in group["params"]]
     return float(sum(rounds * (4 * short * short * long + 2 * short**3) for short, long in shapes))
 
 

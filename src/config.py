@@ -139,8 +139,6 @@ class RunConfig:
     schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
     order: str = flag("bucketed", None, RECIPE, TRAIN, choices=ORDERS)
     decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
-    orthogonalize_every: int = flag(1, None, RECIPE, PRETRAIN, type=int)
-    ns_rounds: int = flag(5, None, RECIPE, PRETRAIN, type=int)
     budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu the "
                                         "epochs are planned after every epoch to fill it at the pace measured, "
                                         "the cosine ending with them", RUN, PRETRAIN, type=float)  # fmt: skip
@@ -242,8 +240,6 @@ def trainer_config(
         decay=args.decay,
         bf16=not args.fp32,
         optimizer=args.optimizer,
-        orthogonalize_every=args.orthogonalize_every,
-        ns_rounds=args.ns_rounds,
         seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
         ckpt_every=args.ckpt_every,
@@ -302,14 +298,10 @@ def check_memory(config: GPTConfig) -> None:
 
 def check_args(args: RunConfig) -> None:
     """One-line errors for values no run can use (before any work is done)."""
-    for name in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd", "orthogonalize_every"):
+    for name in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UserError(f"--{name} must be at least 1, got {value}")
-    if not 1 <= args.ns_rounds <= 10:
-        raise UserError(f"--ns_rounds must be between 1 and 10, got {args.ns_rounds}")
-    if args.orthogonalize_every > 1000:
-        raise UserError(f"--orthogonalize_every must be at most 1000, got {args.orthogonalize_every}")
     for name in ("pretrain_lr", "finetune_lr", "budget_minutes"):
         value = getattr(args, name)
         if value is not None and not (value > 0 and math.isfinite(value)):

@@ -25,8 +25,6 @@ class OptimizerSettings(Protocol):
     betas: tuple[float, float]
     weight_decay: float
     bf16: bool
-    ns_rounds: int  # Muon: Newton–Schulz rounds
-    orthogonalize_every: int  # Muon: recompute the orthogonalising map every k steps, reuse it between
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -43,34 +41,6 @@ def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = tor
     for _ in range(steps):
         gram = x @ x.T
         x = a * x + (b * gram + c * gram @ gram) @ x
-    return (x.T if tall else x).to(matrix.dtype)
-
-
-def orthogonalizer(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """The s×s map Q (s: matrix's shorter side, fp32: in bf16 the product of the rounds drifts) with which `orthogonalize(matrix, steps)`
-    is Q·X/‖X‖, X being matrix or, when tall, its transpose: every Newton–Schulz round multiplies X by
-    a polynomial of the Gram matrix X Xᵀ, so the rounds can run on the s×s Gram matrix alone.
-    Applied to a later matrix (`apply_orthogonalizer`) it whitens along the earlier one's directions."""
-    a, b, c = 3.4445, -4.7750, 2.0315
-    x = matrix.float()
-    x = x.T if x.size(0) > x.size(1) else x
-    x = x / (x.norm() + 1e-7)
-    gram = x @ x.T
-    eye = torch.eye(gram.size(0), device=gram.device)
-    q = eye
-    for _ in range(steps):
-        poly = a * eye + b * gram + c * gram @ gram
-        q, gram = poly @ q, poly @ gram @ poly
-    return q
-
-
-def apply_orthogonalizer(q: torch.Tensor, matrix: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Q·X/‖X‖ computed in `dtype` for an `orthogonalizer` Q (s×s) and a matrix of the shape it was
-    computed from; returns a tensor of matrix's shape and dtype."""
-    q, x = q.to(dtype), matrix.to(dtype)
-    tall = x.size(0) > x.size(1)
-    x = x.T if tall else x
-    x = q @ (x / (x.norm() + 1e-7))
     return (x.T if tall else x).to(matrix.dtype)
 
 
@@ -116,13 +86,10 @@ class Muon(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
-                 momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False,
-                 orthogonalize_every: int = 1, ns_rounds: int = 5):  # fmt: skip
+                 momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False):  # fmt: skip
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
         self.ns_dtype = ns_dtype
         self.spectral = spectral
-        self.orthogonalize_every = orthogonalize_every
-        self.ns_rounds = ns_rounds
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:
@@ -137,16 +104,10 @@ class Muon(torch.optim.Optimizer):
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buffer = state["momentum_buffer"].mul_(momentum).add_(p.grad)
                 update = p.grad.add(buffer, alpha=momentum)  # Nesterov
-                if self.orthogonalize_every > 1:  # the map from every k-th step's update, applied to k updates
-                    steps = state.get("steps", 0)
-                    if steps % self.orthogonalize_every == 0:
-                        state["orthogonalizer"] = orthogonalizer(update)
-                    state["steps"] = steps + 1
-                    direction = apply_orthogonalizer(state["orthogonalizer"], update, self.ns_dtype)
-                elif self.spectral:
+                if self.spectral:
                     direction = orthogonalize_spectral(update)
                 else:
-                    direction = orthogonalize(update, self.ns_rounds, dtype=self.ns_dtype)
+                    direction = orthogonalize(update, dtype=self.ns_dtype)
                 p.mul_(1 - lr * decay)
                 p.add_(direction, alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
 
@@ -215,13 +176,5 @@ def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.o
     ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
     # In fp32 on a CPU one eigendecomposition beats five rounds of matmuls; GPUs keep the iteration.
     spectral = not native_bf16 and matrices[0].device.type == "cpu"
-    muon = Muon(
-        matrices,
-        config.learning_rate,
-        config.weight_decay,
-        ns_dtype=ns_dtype,
-        spectral=spectral,
-        orthogonalize_every=config.orthogonalize_every,
-        ns_rounds=config.ns_rounds,
-    )
+    muon = Muon(matrices, config.learning_rate, config.weight_decay, ns_dtype=ns_dtype, spectral=spectral)
     return MuonAdamW(muon, adamw)

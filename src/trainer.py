@@ -33,8 +33,6 @@ class TrainerConfig:
     grad_norm_clip: float = 1.0
     weight_decay: float = 0.1
     optimizer: str = "adamw"  # or "muon" for the hidden layers' weight matrices (optim.make_optimizer)
-    ns_rounds: int = 5  # Muon's Newton–Schulz rounds (optim.orthogonalize)
-    orthogonalize_every: int = 1  # Muon: steps between recomputations of its orthogonalising map (optim.Muon)
     decay: str = "matmul"  # which weights decay: nn.Linear's, or the handout's "all_but_biases" (optim.py)
     lr_decay: bool = True  # False: a constant rate (benchmarks)
     warmup_tokens: float = 512 * 20

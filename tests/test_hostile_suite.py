@@ -40,7 +40,7 @@ RUN_PY = {
     "n_layer": "int", "n_head": "int", "n_embd": "int", "recite": "switch", "recite_chars": "int",
     "preset": "choice", "doc_offset": "int", "schedule": "choice", "order": "choice", "decay": "choice",
     "budget_minutes": "float", "max_steps": "int", "resume": "switch", "ckpt_every": "int", "device": "choice",
-    "fp32": "switch", "orthogonalize_every": "int", "ns_rounds": "int",
+    "fp32": "switch",
 }  # fmt: skip
 ADDSUB_TRAIN = {
     "outputs_path": "output", "data_dir": "input_dir", "logdir": "output_dir", "device": "choice",
