@@ -62,6 +62,7 @@ from utils import (
     REPO_ROOT,
     ScalarWriter,
     UserError,
+    check_free_space,
     check_output_file,
     file_sha256,
     find_data_file,
@@ -147,6 +148,8 @@ def train(
     parent = {}  # the params it starts from, checked even when resuming
     if args.reading_params_path is not None:
         parent["parent_sha256"] = load_params(model, corpus.vocab, args.reading_params_path)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())  # a checkpoint is under 3x this
+    check_free_space(args.writing_params_path, 7 * weights, "two checkpoints (one replacing the other), params")
     dataset, extra = training_data(args, corpus, model, device)
     cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length)
     data = {str(path): file_sha256(path) for path in data_files(args).values()}

@@ -149,6 +149,15 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: the name is {len(os.fsencode(target.name))} bytes; at most {longest} fit")
 
 
+def check_free_space(path: str | Path, needed: int, what: str) -> None:
+    """A one-line UserError, before any work, when the file system that will hold `path` has fewer than
+    `needed` bytes free for `what`."""
+    folder = Path(path).resolve().parent
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise UserError(f"{folder}: {free / 1e6:,.1f} MB free; {what} need about {needed / 1e6:,.0f} MB")
+
+
 def _name_max(folder: Path) -> int:
     try:
         return os.pathconf(folder, "PC_NAME_MAX")

@@ -278,6 +278,12 @@ def test_a_save_that_fails_on_a_full_disk_says_the_disk_is_full(tmp_path, monkey
         torch_save_atomic({"w": torch.zeros(2)}, tmp_path / "x.params")
 
 
+def test_training_without_room_for_its_checkpoints_is_refused_before_any_work(tiny_corpus, monkeypatch, capsys):
+    monkeypatch.setattr(utils.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**9, used=10**9, free=1000))
+    refused(capsys, pretrain(tiny_corpus), "0.0 MB free; two checkpoints (one replacing the other), params need about")
+    assert nothing_written("pt.params", "pt.params.ckpt")
+
+
 def test_a_tensorboard_folder_on_a_full_disk_is_one_line_and_left_behind_by_nothing(tiny_corpus, monkeypatch, capsys):
     def full_disk_writer(log_dir: str) -> None:
         Path(log_dir).mkdir(parents=True)  # as SummaryWriter does, before its first write fails

@@ -35,9 +35,9 @@ def test_the_cli_module_holds_at_most_400_lines():
 # folders named by what each run did with its config as hparams (logs.py), progress lines for
 # recitation, help that states each preset's values, run.sh's plan of the other steps, params and
 # sidecar renamed as a recoverable pair, flags checked before any work, and the handout's step in
-# micro-batches. The ceiling keeps new code from growing it unnoticed (raise it on purpose, saying
-# why, or cut).
-SRC_LINES_CEILING = 3800
+# micro-batches; 3,812 with the free-space check before training (a full disk must not cost a long
+# run). The ceiling keeps new code from growing it unnoticed (raise it on purpose, saying why, or cut).
+SRC_LINES_CEILING = 3812
 
 
 def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():
