@@ -6,11 +6,12 @@
 Sources:
   runs.jsonl             full `bash run.sh` runs (bench/report.py --record): every row of the pipeline
   gpu.jsonl              the handout's recipe on a GPU (bench/gpu_check.py)
-  time_to_accuracy.jsonl earlier CPU runs (bench/time_to_accuracy.py); those of today's cpu recipe,
-                         run to the end of their planned epochs, join the results table
-  ensembles.jsonl        bench/ensemble.py: confidence-selected ensembles of seeds and variants
-  recite.jsonl           bench/recite_eval.py: the recite protocol on pretrained models of the cpu recipe
+  time_to_accuracy.jsonl earlier CPU runs, pretrain -> finetune -> evaluate timed; those of today's cpu
+                         recipe, run to the end of their planned epochs, join the results table
+  ensembles.jsonl        confidence-selected ensembles of seeds and variants
+  recite.jsonl           the recite protocol on pretrained models of the cpu recipe
   speed.jsonl            bench/bench_speed.py, the latest line of each machine
+The scripts that wrote time_to_accuracy.jsonl, ensembles.jsonl and recite.jsonl are in commit 6a6e9b4.
 
 The README's table (todays_table) shows what `bash run.sh` gives today: one row per (run, protocol,
 machine). all_runs.md holds every run: first by recipe (results_table), then one line per run.
@@ -114,7 +115,7 @@ def reader_finetune(reader: dict) -> tuple[int, float, float]:
 
 
 def cpu_reader(r: dict) -> bool:
-    """A bench/recite_eval.py line of the product: a reader of the cpu preset, now or before (no finetune
+    """A recite.jsonl line of the product: a reader of the cpu preset, now or before (no finetune
     flags but its settings), on a pretraining of the cpu recipe as long as todays_cpu_recipe asks of a
     direct row."""
     flags = r.get("finetune_flags")
@@ -399,7 +400,7 @@ def all_runs_table() -> str:
             f"| {r['name']} | {r['variant']} | {r['gpu']} | {r.get('precision', 'bf16').split()[0]} | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
         )
-    for r in read_jsonl("ensembles.jsonl"):  # bench/ensemble.py: minutes are every member's training + evaluation
+    for r in read_jsonl("ensembles.jsonl"):  # minutes: every member's training + evaluation
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
             f"| {r['label']} | {', '.join(r['variants'])} | {r['machine']} | {precision} | - | cpu | - "

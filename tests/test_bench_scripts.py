@@ -15,7 +15,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 import logs
 import run
-from bench import bench_budget, bench_epoch, gpu_check, report, time_to_accuracy
+from bench import bench_epoch, gpu_check, report
 from bench.research import (
     LoggedEpochs,
     accuracy,
@@ -93,42 +93,6 @@ def test_a_reader_trained_before_its_sidecar_recorded_its_recitations_has_no_cou
 def params_sidecar(argv: list[str], **results) -> dict:
     """A params sidecar's config and run record, as run.py writes them for the command `argv`."""
     return {"config": asdict(run.command_config(argv)), **results}
-
-
-def test_a_budgeted_pretrainings_figures_come_from_its_sidecar():
-    argv = ["pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--budget_minutes", "10"]
-    results = {"steps": 900, "epochs_done": 12.5, "planned_epochs": 13, "train_seconds": 598.04, "final_lr": 1e-4,
-               "replans": 3, "thread_switches": 1}  # fmt: skip
-    figures = bench_budget.run_figures(params_sidecar(argv, **results), wall_seconds=603.26)
-    assert figures == {"epochs": 12.5, "planned_epochs": 13, "train_seconds": 598.0, "wall_seconds": 603.3,
-                       "last_lr_share_of_peak": 0.1, "replans": 3, "thread_switches": 1}  # fmt: skip
-
-
-def test_time_to_accuracy_logs_a_pretraining_with_its_planned_epochs_rate_and_budget():
-    params = str(time_to_accuracy.ROOT / "bench" / "runs" / "x" / "pretrain.params")
-    argv = [
-        "pretrain",
-        "rope",
-        "wiki.txt",
-        "--preset",
-        "cpu",
-        "--budget_minutes",
-        "30",
-        "--writing_params_path",
-        params,
-    ]
-    settings = time_to_accuracy.trainer_settings(params_sidecar(argv, planned_epochs=67))
-    assert (settings["max_epochs"], settings["batch_size"], settings["learning_rate"]) == (67, 32, 1e-3)
-    assert (settings["optimizer"], settings["budget_seconds"], settings["budget_fit"]) == ("muon", 1800, True)
-    assert settings["ckpt_path"] == "bench/runs/x/pretrain.params.ckpt"
-
-
-def test_time_to_accuracy_logs_a_finetune_with_the_finetuning_rate(tmp_path):
-    (tmp_path / "pt.params").write_bytes(b"")  # run.py checks that the params it would read exist
-    argv = ["finetune", "rope", "wiki.txt", "--preset", "cpu", "--reading_params_path", str(tmp_path / "pt.params"),
-            "--writing_params_path", str(tmp_path / "ft.params"), "--finetune_corpus_path", "birth_places_train.tsv"]  # fmt: skip
-    settings = time_to_accuracy.trainer_settings(params_sidecar(argv, planned_epochs=5))
-    assert (settings["max_epochs"], settings["learning_rate"], settings["budget_fit"]) == (5, 1e-4, False)
 
 
 def test_gpu_check_records_the_pretrainings_order_and_decay_from_its_sidecar(tmp_path):

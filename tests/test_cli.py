@@ -761,25 +761,6 @@ def test_explicit_flags_win_over_the_preset():
     assert (args.pretrain_lr, args.max_epochs) == (1e-3, 3)
 
 
-def test_the_ensemble_benchmark_logs_accuracy_and_the_members_whole_cost(tiny_corpus, tiny_train_tsv, monkeypatch):
-    from bench import ensemble
-
-    for name, variant in (("a", "vanilla"), ("b", "rope")):
-        assert pretrain(variant, tiny_corpus, f"{name}.pt.params") == 0
-        assert finetune(variant, tiny_corpus, tiny_train_tsv, f"{name}.ft.params", f"{name}.pt.params") == 0
-    monkeypatch.setattr(ensemble, "ENSEMBLES_JSONL", Path("ensembles.jsonl"))
-    argv = ["--label", "test", "--finetuned", "a.ft.params", "b.ft.params", "--pretrained", "a.pt.params",
-            "b.pt.params", "--outputs_path", "e.p", "--gold", str(tiny_train_tsv), "--corpus", str(tiny_corpus)]  # fmt: skip
-    assert ensemble.main(argv) == 0
-    line = json.loads(Path("ensembles.jsonl").read_text(encoding="utf-8"))
-    trained = sum(json.loads(Path(f"{f}.json").read_text())["train_seconds"] for f in argv[3:5] + argv[6:8])
-    assert line["variants"] == ["rope", "vanilla"] and line["members"] == 2
-    assert line["training_minutes"] == round(trained / 60, 1) and line["evaluate_seconds"] > 0
-    gold = [row.split("\t")[1] for row in tiny_train_tsv.read_text(encoding="utf-8").splitlines()]
-    predictions = Path("e.p").read_text(encoding="utf-8").splitlines()
-    assert line["dev_accuracy"] == sum(p == g for p, g in zip(predictions, gold, strict=True)) / len(gold)
-
-
 # ---------------------------------------------------------------------------
 # Logs, checkpoints and time
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from conftest import PEOPLE, TINY_MODEL
 
 import run
-from bench import agreement, report
+from bench import report
 from bench.research import place_in_document, read_scores_tsv, recall_split, research_summary
 from confidence import (
     AnswerScore,
@@ -442,27 +442,6 @@ def test_report_leaves_out_copies_for_a_reader_evaluated_before_predictions_had_
     tiny_corpus, tiny_dev_tsv, tmp_path, monkeypatch
 ):
     assert "copies" not in recorded_reader(tmp_path, monkeypatch, tiny_corpus, tiny_dev_tsv, {}, None)["reader"]
-
-
-def test_agreement_counts_the_questions_right_in_both_in_either_and_in_any(tiny_dev_tsv, tmp_path, monkeypatch):
-    places = [p for _, p in PEOPLE[:4]]
-    a, b, c = tmp_path / "a.predictions", tmp_path / "b.predictions", tmp_path / "c.predictions"
-    a.write_text(f"{places[0]}\n{places[1]}\nx\nx\n", encoding="utf-8")  # right: 0, 1
-    b.write_text(f"{places[0]}\nx\n{places[2]}\nx\n", encoding="utf-8")  # right: 0, 2
-    c.write_text("x\nx\nx\nx\n", encoding="utf-8")
-    monkeypatch.setattr(agreement, "AGREEMENT_JSONL", tmp_path / "agreement.jsonl")
-    assert agreement.main([f"a={a}", f"b={b}", f"c={c}", "--gold", str(tiny_dev_tsv), "--record", "test"]) == 0
-    line = json.loads((tmp_path / "agreement.jsonl").read_text())
-    assert line["accuracy"] == {"a": 0.5, "b": 0.5, "c": 0.0}
-    assert line["pairs"][0] == {"models": ["a", "b"], "both": 1, "either": 3}
-    assert line["any"] == 3 and line["total"] == 4
-
-
-def test_agreement_refuses_a_predictions_file_of_the_wrong_length_in_one_line(tiny_dev_tsv, tmp_path, capsys):
-    short = tmp_path / "short.predictions"
-    short.write_text("London\n", encoding="utf-8")
-    assert agreement.main([f"a={short}", "--gold", str(tiny_dev_tsv)]) == 2
-    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_evaluate_records_what_it_found_in_the_predictions_sidecar(tiny_corpus, tiny_dev_tsv):

@@ -1,5 +1,5 @@
 """Specification of the recite protocol: recitation, the reader's examples, the link to the pretrained
-params, its errors, and a tiny run end to end through the command line."""
+params, and a tiny run end to end through the command line."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from conftest import PEOPLE, TINY_MODEL
 
 import recite
 import run
-from bench.recite_errors import ERROR_KINDS, error_kind
 from confidence import beam_search
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, read_text
 from decode import predict
@@ -291,30 +290,3 @@ def test_every_answer_of_a_copying_reader_is_a_span_of_its_text(tiny_corpus):
     texts = [f"{name}. Where was {name} born? In {place}" for name, place in PEOPLE]
     answers = predict(tiny_gpt(len(vocab)), vocab, texts, CPU, copy=True)
     assert all(a and a in t for a, t in zip(answers, texts, strict=True))
-
-
-# ---------------------------------------------------------------------------
-# where a reader's answers go wrong (bench/recite_errors.py)
-
-ADA = Question("Where was Ada Lovelace born?", "London", 1)
-ADA_DOCS = sorted(["Ada Lovelace. Ada was a mathematician born in London .", "Carl Gauss. Born in Brunswick ."])
-
-
-@pytest.mark.parametrize(
-    ("recitation", "prediction", "kind"),
-    [
-        ("Ada Lovelace. Ada was a mathematician born in London", "London", "right"),
-        ("Ada Lovelace. Ada was a mathematician born in London", "Ada", "held_answered_another_place_in_it"),
-        ("Ada Lovelace. Ada was a mathematician born in London", "Paris", "held_answered_a_place_not_in_it"),
-        ("Ada Lovelace. Ada was a mathe", "Paris", "place_past_the_recitation"),
-        ("Ada Lovelace. Ada was a poet born in Paris", "Paris", "recitation_left_the_document"),
-    ],
-)
-def test_each_dev_answer_is_sorted_into_one_kind_of_error(recitation, prediction, kind):
-    assert kind in ERROR_KINDS
-    assert error_kind(ADA, recitation, prediction, ADA_DOCS) == kind
-
-
-def test_a_place_in_none_of_the_persons_documents_is_its_own_kind():
-    gauss = Question("Where was Carl Gauss born?", "Göttingen", 2)
-    assert error_kind(gauss, "Carl Gauss. Born in Brunswick", "Brunswick", ADA_DOCS) == "place_not_in_document"
