@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--outputs_path", default=None, help="also write the predictions, one per input line")
     args = p.parse_args(argv)
     try:
-        path = find_data_file(args.eval_corpus_path, "eval corpus")
+        path = find_data_file(args.eval_corpus_path, "--eval_corpus_path")
         check_output_file(args.outputs_path, "--outputs_path")
         refuse_same_file({"--outputs_path": args.outputs_path}, {"--eval_corpus_path": path})
         entries = read_questions(path, require_place=False)

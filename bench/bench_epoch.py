@@ -55,7 +55,24 @@ def load_src(src: Path) -> SimpleNamespace:
     sys.path.insert(0, str(src))
     import config, dataset, optim, trainer, utils  # noqa: E401, I001
 
-    return SimpleNamespace(config=config, dataset=dataset, optim=optim, trainer=trainer, utils=utils)
+    try:  # the machine policy's module; a src/ before it decided precision in utils
+        import machine
+    except ImportError:
+        machine = None
+    return SimpleNamespace(config=config, dataset=dataset, optim=optim, trainer=trainer, utils=utils, machine=machine)
+
+
+def autocast(src: SimpleNamespace, device: torch.device, bf16: bool):
+    """src/'s autocast context for the precision training uses."""
+    return (src.machine or src.utils).autocast(device, bf16)
+
+
+def chosen_precision(src: SimpleNamespace, fp32: bool) -> bool:
+    """Whether training uses bf16 on this CPU: measured by src/'s machine policy (or, before it, the rule
+    of a src/ that went by what torch calls supported)."""
+    if src.machine is not None:
+        return src.machine.choose(torch.device("cpu"), fp32, say=False)["precision"] == "bf16"
+    return not fp32 and src.utils.bf16_supported(torch.device("cpu"))
 
 
 def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, windows: int = 5, seconds: float = 0.25) -> float:
@@ -116,7 +133,7 @@ def timed_step(src: SimpleNamespace, trainer, x: torch.Tensor, y: torch.Tensor, 
     loss = 0.0
     for xs, ys, share in split(trainer, x.to(device), y.to(device)):
         t0 = time.perf_counter()
-        with src.utils.autocast(device, cfg.bf16):
+        with autocast(src, device, cfg.bf16):
             _, part = model(xs.to(device), ys.to(device))
         t1 = time.perf_counter()
         (part if share is None else part * share).backward()
@@ -141,7 +158,12 @@ def build(src: SimpleNamespace, args: argparse.Namespace, variant: str):
         src.dataset.read_text(args.corpus), src.config.BLOCK_SIZE, max_offset=run_config.doc_offset
     )
     model = src.config.build_model(run_config, corpus.vocab_size)
-    cfg = replace(src.config.trainer_config(run_config, len(corpus)), ckpt_path=None)
+    if src.machine is not None:
+        chosen = src.machine.choose(torch.device("cpu"), run_config.fp32, say=False)
+        cfg = src.config.trainer_config(run_config, len(corpus), len(corpus), corpus.example_length, chosen)
+    else:  # a src/ before the machine policy
+        cfg = src.config.trainer_config(run_config, len(corpus))
+    cfg = replace(cfg, ckpt_path=None)
     if args.micro_batch is not None:
         cfg = replace(cfg, micro_batch=args.micro_batch)
     device = torch.device("cpu")
@@ -158,7 +180,7 @@ def measure_variant(src: SimpleNamespace, args: argparse.Namespace, variant: str
     epoch_positions = sum(xs.numel() for x, y in epoch for xs, _, _ in split(trainer, x, y))
     batches = list(trainer.batches(0))
     batches = (batches * (1 + (args.warmup + args.steps) // len(batches)))[: args.warmup + args.steps]
-    flops = FlopCount(trainer.model, lambda: src.utils.autocast(trainer.device, cfg.bf16))
+    flops = FlopCount(trainer.model, lambda: autocast(src, trainer.device, cfg.bf16))
     trainer.model.train()
     clock = dict.fromkeys(PARTS, 0.0)
     positions = padded = targets = model_flops = 0
@@ -213,23 +235,29 @@ def machine(src: SimpleNamespace, bf16: bool, peak_n: int) -> dict:
     dtype = torch.bfloat16 if bf16 else torch.float32
     info = src.utils.cpu_info()
     # research.cpu_name's spelling, built here: research imports this checkout's src/, not --src's
-    native = "bf16" if src.utils.bf16_supported(torch.device("cpu")) else "no bf16"
+    flags = info.get("flags", "").split()
+    native = "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "no bf16"  # the CPU's own words
     name = f"{info.get('model name', '?')} [family {info.get('cpu family', '?')}, model {info.get('model', '?')}]"
+    other = torch.float32 if bf16 else torch.bfloat16
+    probe = src.machine.choose(torch.device("cpu"), say=False) if src.machine is not None else {}
     return {
         "cpu_name": f"{name} ({torch.backends.cpu.get_cpu_capability()}, {native})",
         "cpu": {k: info[k] for k in ("model name", "cpu family", "model", "stepping") if k in info},
+        "flags": sorted(set(flags) & {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"}),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "precision": "bf16" if bf16 else "fp32",
         "peak_gflops": matmul_gflops(peak_n, peak_n, peak_n, dtype),
+        "other_precision_peak_gflops": matmul_gflops(peak_n, peak_n, peak_n, other),
         "shape_gflops": matmul_gflops(2048, 256, 1024, dtype),
+        "probe": {k: probe[k] for k in ("bf16_gflops", "fp32_gflops") if k in probe},  # one core: machine.choose
     }
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
     """Every variant's row, with the machine, provenance and achieved/peak figures."""
     src = load_src(args.src)
-    bf16 = not args.fp32 and src.utils.bf16_supported(torch.device("cpu"))
+    bf16 = chosen_precision(src, args.fp32)
     where = machine(src, bf16, args.peak_n)
     common = {"bench": "epoch", **where, "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
               "commit": src.utils.provenance(torch.device("cpu"))["commit"], "src": str(args.src)}  # fmt: skip

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # research.py, course.py
 import course  # noqa: E402
 from research import cpu_name  # noqa: E402
 
+import machine  # noqa: E402
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
 from decode import continue_text, predict  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -84,12 +85,15 @@ def train_throughput(
     steps: int,
     batch: int,
     device: torch.device = CPU,
-    bf16: bool = True,
+    bf16: bool | None = None,
 ) -> dict:
     """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings.
 
     path "reference": the handout's model and loop (bench/course.py); "fast": run.py's Trainer
-    (bf16=False: without bf16 autocast, as --fp32 trains). Returns a row of the results file."""
+    (bf16 None: the precision training measures fastest here, machine.choose; False: fp32, as --fp32 trains).
+    Returns a row of the results file."""
+    if bf16 is None:
+        bf16 = machine.choose(device, say=False)["precision"] == "bf16"
     model = model_for(variant, ds.vocab_size, device)
     cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, max_steps=steps + 2, bf16=bf16)
     if path == "reference":
@@ -204,7 +208,6 @@ def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
         max_epochs=epochs,
         batch_size=256,
         learning_rate=6e-4,
-        lr_decay=True,
         warmup_tokens=512 * 20,
         final_tokens=200 * len(ds) * 128,
     )
@@ -233,7 +236,7 @@ def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
         model = model_for("vanilla", vocab_size)
         for param in model.parameters():
             param.grad = torch.randn_like(param)
-        optimizer = make_optimizer(model, TrainerConfig(optimizer=name.removesuffix("_iterated")))
+        optimizer = make_optimizer(model, TrainerConfig(1, 1, 6e-3, optimizer=name.removesuffix("_iterated")))
         if name == "muon_iterated":
             optimizer = iterated_muon(optimizer)
         elif name == "muon":

@@ -301,7 +301,7 @@ def train_step(
 def train(model: nn.Module, dataset: Dataset, config: TrainerConfig, device: torch.device, steps: int) -> list[float]:
     """The handout trainer's loop for `steps` optimizer steps, epoch after epoch; returns every step's loss.
 
-    Of config it reads batch_size, learning_rate, betas, weight_decay, grad_norm_clip, lr_decay,
+    Of config it reads batch_size, learning_rate, betas, weight_decay, grad_norm_clip,
     warmup_tokens and final_tokens. The learning rate follows the handout's warm-up and uncapped
     cosine, counting every position of every example as the handout does; it changes after each step.
     """
@@ -313,11 +313,10 @@ def train(model: nn.Module, dataset: Dataset, config: TrainerConfig, device: tor
         for x, y in batches(dataset, config.batch_size):
             loss = train_step(model, opt, x.to(device), y.to(device), config.grad_norm_clip)
             losses.append(loss.item())
-            if config.lr_decay:
-                tokens += y.numel()  # the handout's (y >= 0).sum(): PAD is id 0
-                lr = config.learning_rate * lr_multiplier(tokens, config.warmup_tokens, config.final_tokens)
-                for group in opt.param_groups:
-                    group["lr"] = lr
+            tokens += y.numel()  # the handout's (y >= 0).sum(): PAD is id 0
+            lr = config.learning_rate * lr_multiplier(tokens, config.warmup_tokens, config.final_tokens)
+            for group in opt.param_groups:
+                group["lr"] = lr
             if len(losses) == steps:
                 break
     return losses

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # research.py
 from research import LoggedEpochs, accuracy, cpu_name, predictions_sidecar, tensorboard_prefix  # noqa: E402
 
 import attention  # noqa: E402
+import machine as machine_policy  # noqa: E402
 
 RUN_PY = str(ROOT / "src" / "run.py")
 VARIANT_FLAGS = {
@@ -186,7 +187,9 @@ def machine() -> dict:
         info["device"] = "cuda"
         info["gpu"] = torch.cuda.get_device_name(0)
         info["attention_kernel"] = ",".join(k.name for k in attention.CUDA_ATTENTION_KERNELS)
-        info["precision"] = "bf16 autocast" if torch.cuda.is_bf16_supported() else "fp32"
+        chosen = machine_policy.choose(torch.device("cuda"), say=False)  # what run.py trains in, measured
+        info["precision"] = chosen["precision"]
+        info["precision_gflops"] = {k: chosen[k] for k in ("bf16_gflops", "fp32_gflops")}
     else:
         info["device"] = "cpu"
         info["cpu"] = cpu_name()

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from confidence import AnswerScore, evaluation_summary, person_name  # noqa: E402
 from dataset import Question, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
-from utils import UserError, bf16_supported, cpu_info  # noqa: E402
+from utils import UserError, cpu_info  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -31,7 +31,7 @@ def cpu_name() -> str:
     name = info.get("model name", platform.processor() or platform.machine())
     if "cpu family" in info and "model" in info:
         name = f"{name} [family {info['cpu family']}, model {info['model']}]"
-    bf16 = "bf16" if bf16_supported(torch.device("cpu")) else "no bf16"
+    bf16 = "bf16" if {"avx512_bf16", "amx_bf16"} & set(info.get("flags", "").split()) else "no bf16"
     return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
@@ -92,9 +92,9 @@ def tensorboard_prefix(argv: list[str]) -> str:
     """The name before the time stamp of the TensorBoard folders that `run.py ARGV` writes under
     expt/<function>/ (logs.run_folder): <tb_expt_name>_<variant>_<role>_seed<seed>."""
     from logs import run_role
-    from run import command_config  # the command's settings, resolved as run.py resolves them
+    from run import resolved_config  # the command's settings, resolved as run.py resolves them
 
-    config = command_config(argv)
+    config = resolved_config(argv)
     return f"{config.tb_expt_name}_{config.variant}_{run_role(config)}_seed{config.seed}"
 
 

@@ -33,15 +33,15 @@ from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
-from config import check_memory  # noqa: E402
+from config import training_bytes  # noqa: E402
 from dataset import Vocabulary, read_text  # noqa: E402
+from machine import choose, pick_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import (  # noqa: E402
     UserError,
-    bf16_supported,
     check_output_file,
-    pick_device,
+    physical_memory,
     refuse_same_file,
     seed_everything,
     torch_load_safe,
@@ -190,11 +190,10 @@ def train(model: GPT, train_set: CharDataset, cfg: DemoConfig, device: torch.dev
         max_steps=cfg.max_iters,
         batch_size=cfg.batch_size,
         learning_rate=cfg.learning_rate,
-        lr_decay=True,
         warmup_tokens=cfg.warmup_iters * tokens_per_iter,
         final_tokens=cfg.max_iters * tokens_per_iter,
         cosine_cap=True,
-        bf16=not cfg.fp32,
+        bf16=choose(device, cfg.fp32, say=False)["precision"] == "bf16",
         seed=cfg.seed,
     )
 
@@ -321,7 +320,7 @@ def run(cfg: DemoConfig) -> str:
         f"model: {cfg.n_layer} layers, {cfg.n_head} heads, n_embd {cfg.n_embd}, {n_params / 1e6:.2f}M parameters{read}"
     )
     if cfg.max_iters:
-        precision = "bf16 autocast" if not cfg.fp32 and bf16_supported(device) else "fp32"
+        precision = choose(device, cfg.fp32, say=False)["precision"]
         passes = cfg.max_iters * cfg.batch_size / len(train_set)
         print(
             f"training: {cfg.max_iters} iterations of {cfg.batch_size} windows of {cfg.block_size} "
@@ -381,7 +380,7 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
     p.add_argument("--seed", type=int, default=d.seed, help="seed for init, data order and sampling")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device, help="where to run")
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads (0: torch's default, all cores)")
-    p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 autocast is available")
+    p.add_argument("--fp32", action="store_true", help="train in fp32 even where bf16 is measured faster")
     p.add_argument("--prompt", default=d.prompt, help="text the sample starts from")
     p.add_argument("--sample_chars", type=int, default=d.sample_chars, help="characters to generate")
     p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature (lower: safer)")
@@ -413,10 +412,10 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
         p.error(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}")
     if args.sample_chars > MAX_SAMPLE:  # each character is one more step of generation, kept in memory
         p.error(f"--sample_chars must be at most {MAX_SAMPLE:,}, got {args.sample_chars}")
-    try:  # before the text is read: a model this machine cannot train is refused now
-        check_memory(GPTConfig(2, args.block_size, args.n_layer, args.n_head, args.n_embd))
-    except UserError as e:
-        p.error(str(e))
+    need = training_bytes(args.n_layer, args.n_embd, 2, args.block_size)  # refused before the text is read
+    if need > physical_memory():
+        p.error(f"--n_layer {args.n_layer} --n_embd {args.n_embd}: {need / 2**30:,.0f} GiB to train; this machine "
+                f"has {physical_memory() / 2**30:,.0f} GiB")  # fmt: skip
     args.top_k = args.top_k or None
     return DemoConfig(**vars(args))
 

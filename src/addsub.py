@@ -22,6 +22,7 @@ that row: EOS is the filler where other models would write PAD.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -42,14 +43,19 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attention import MultiHeadAttention
+from machine import pick_device
+from params import load_verified, save_with_sidecar, warn_unverified
 from utils import (
     UserError,
+    check_input,
+    check_output_dir,
     check_output_file,
+    folders_to_make,
     no_thread_tracebacks_for_os_errors,
-    pick_device,
+    physical_memory,
     refuse_same_file,
-    torch_save_atomic,
-    write_json_atomic,
+    setting,
+    setting_problems,
     write_text_atomic,
 )
 
@@ -116,7 +122,7 @@ def write_splits(data_dir: str | Path, seed: int = SPLIT_SEED) -> dict[str, int]
                 f"--data_dir {data_dir}: {name}.txt is a folder, FIFO, device or broken link, not a regular file; "
                 "remove it or choose another --data_dir"
             )
-    counts, made = {}, not os.path.lexists(data_dir)
+    counts, made = {}, folders_to_make(data_dir)
     try:
         for name, pairs in split_expressions(seed).items():
             text = "".join(f"{x}\t{y}\n" for x, y in pairs)
@@ -125,21 +131,9 @@ def write_splits(data_dir: str | Path, seed: int = SPLIT_SEED) -> dict[str, int]
             counts[name] = len(pairs)
     except UserError:  # a full disk: the folder this call made goes again, with any split written in it
         if made:
-            shutil.rmtree(data_dir, ignore_errors=True)
+            shutil.rmtree(made[-1], ignore_errors=True)
         raise
     return counts
-
-
-def check_output_dir(path: str | Path, flag: str) -> None:
-    """A one-line UserError naming `flag` unless `path` is a writable folder or one that can be made there."""
-    path = Path(path)
-    existing = path
-    while not os.path.lexists(existing) and existing != existing.parent:  # the nearest part that exists
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UserError(f"{flag} {path}: {existing} is not a folder; give a folder name")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {path}: folder {existing} is not writable (permission denied); give another folder")
 
 
 def encode(text: str) -> list[int]:
@@ -179,19 +173,11 @@ def load_split(data_dir: str | Path, split: str) -> tuple[torch.Tensor, torch.Te
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     path = Path(data_dir) / f"{split}.txt"
-    write_them = f"write the splits with `python src/addsub.py data --data_dir {data_dir}`"
-    if Path(data_dir).exists() and not Path(data_dir).is_dir():
-        raise UserError(f"--data_dir {data_dir}: is not a folder; give the folder that holds the split files")
-    if not path.exists():
-        raise UserError(f"{path} not found; {write_them}")
-    if not path.is_file():  # a FIFO without a writer would block the read forever
-        raise UserError(f"{path}: is a folder, FIFO, device or socket, not a regular file; {write_them}")
+    write_them = f"; write the splits with `python src/addsub.py data --data_dir {data_dir}`"
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = check_input(path, "--data_dir's", write_them).read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not valid UTF-8 (byte {e.start}); {write_them}") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror}); {write_them}") from None
+        raise UserError(f"{path}: not valid UTF-8 (byte {e.start}){write_them}") from None
     src, tgt = [], []
     for lineno, line in enumerate(text.splitlines(), start=1):
         try:
@@ -271,18 +257,20 @@ def parse_expression(text: str) -> tuple[int, str, int]:
 class AddSubConfig:
     """Model hyperparameters; the defaults are the course's."""
 
-    num_heads: int = field(default=4, metadata={"help": "attention heads per layer"})
-    emb_dim: int = field(default=32, metadata={"help": "embedding (model) width"})
-    dim_feedforward: int = field(default=32, metadata={"help": "hidden width of the feed-forward layers"})
-    dropout: float = field(default=0.2, metadata={"help": "dropout on attention weights, sublayer outputs, embeddings"})
-    num_encoder_layers: int = field(default=4, metadata={"help": "encoder blocks"})
-    num_decoder_layers: int = field(default=4, metadata={"help": "decoder blocks"})
+    num_heads: int = setting(4, "attention heads per layer", at_least=1)
+    emb_dim: int = setting(32, "embedding (model) width", at_least=1)
+    dim_feedforward: int = setting(32, "hidden width of the feed-forward layers", at_least=1)
+    dropout: float = setting(
+        0.2, "dropout on attention weights, sublayer outputs, embeddings", at_least=0, at_most=0.99
+    )
+    num_encoder_layers: int = setting(4, "encoder blocks", at_least=1)
+    num_decoder_layers: int = setting(4, "decoder blocks", at_least=1)
     pos_encoding: str = field(
         default="sinusoidal",
         metadata={"help": "positional encoding", "choices": ("sinusoidal", "linear")},
     )
-    vocab_size: int = field(default=len(TOKENS), metadata={"help": "vocabulary size (16: no PAD needed)"})
-    max_len: int = field(default=16, metadata={"help": "longest sequence the positional encoding covers"})
+    vocab_size: int = setting(len(TOKENS), "vocabulary size (16: no PAD needed)", at_least=len(TOKENS))
+    max_len: int = setting(16, "longest sequence the positional encoding covers", at_least=IN_LEN)
 
 
 class PositionalEncoding(nn.Module):
@@ -451,18 +439,18 @@ class AddSubTransformer(nn.Module):
 class TrainConfig:
     """Optimisation settings; the defaults are the course's (Adam, lr 1e-3, 10 epochs)."""
 
-    epochs: int = field(default=10, metadata={"help": "passes over the training split"})
-    batch_size: int = field(default=64, metadata={"help": "examples per step (the course fixes none; ours)"})
-    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (Adam/AdamW)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay (0: plain Adam)"})
+    epochs: int = setting(10, "passes over the training split", at_least=1)
+    batch_size: int = setting(64, "examples per step (the course fixes none; ours)", at_least=1)
+    lr: float = setting(1e-3, "peak learning rate (Adam/AdamW)", above=0)
+    weight_decay: float = setting(0.0, "AdamW decoupled weight decay (0: plain Adam)", at_least=0)
     lr_schedule: str = field(
         default="constant",
         metadata={"help": "learning-rate schedule after warmup", "choices": ("constant", "cosine")},
     )
-    warmup_steps: int = field(default=0, metadata={"help": "steps of linear learning-rate warmup"})
-    grad_clip: float = field(default=0.0, metadata={"help": "clip the gradient norm to this (0: off)"})
-    label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing of the cross-entropy"})
-    seed: int = field(default=0, metadata={"help": "seed for initialisation, shuffling and dropout"})
+    warmup_steps: int = setting(0, "steps of linear learning-rate warmup", at_least=0)
+    grad_clip: float = setting(0.0, "clip the gradient norm to this (0: off)", at_least=0)
+    label_smoothing: float = setting(0.0, "label smoothing of the cross-entropy", at_least=0, at_most=0.99)
+    seed: int = setting(0, "seed for initialisation, shuffling and dropout", at_least=0, at_most=MAX_SEED)
 
 
 def sequence_loss(
@@ -495,53 +483,26 @@ def evaluate(model: AddSubTransformer, src: torch.Tensor, tgt: torch.Tensor, bat
 
 
 def check_settings(cfg: AddSubConfig, tcfg: TrainConfig) -> None:
-    """One-line UserErrors for settings no training can use, before any work is done."""
-    counts = [(tcfg, "epochs"), (tcfg, "batch_size"), (cfg, "num_heads"), (cfg, "emb_dim"), (cfg, "dim_feedforward")]
-    counts += [(cfg, "num_encoder_layers"), (cfg, "num_decoder_layers")]
-    for obj, name in counts:
-        if getattr(obj, name) < 1:
-            raise UserError(f"--{name} must be at least 1, got {getattr(obj, name)}")
-    if not (tcfg.lr > 0 and math.isfinite(tcfg.lr)):
-        raise UserError(f"--lr must be a positive number, got {tcfg.lr}")
-    for name in ("weight_decay", "grad_clip", "warmup_steps"):
-        value = getattr(tcfg, name)
-        if not (value >= 0 and math.isfinite(value)):
-            raise UserError(f"--{name} must be 0 or a positive number, got {value}")
-    for obj, name in ((cfg, "dropout"), (tcfg, "label_smoothing")):
-        if not 0 <= getattr(obj, name) < 1:
-            raise UserError(f"--{name} must be at least 0 and below 1, got {getattr(obj, name)}")
-    if cfg.emb_dim % cfg.num_heads:
-        raise UserError(f"--emb_dim {cfg.emb_dim} must be divisible by --num_heads {cfg.num_heads}")
-    if cfg.max_len < IN_LEN:  # the positions cover the longest sequence: the input's
-        raise UserError(f"--max_len must be at least {IN_LEN} (the input's tokens), got {cfg.max_len}")
-    if cfg.vocab_size < len(TOKENS):
-        raise UserError(f"--vocab_size must be at least {len(TOKENS)} (the task's tokens), got {cfg.vocab_size}")
-    check_memory(cfg)
-    check_seed(tcfg.seed)
-
-
-def check_memory(cfg: AddSubConfig) -> None:
-    """A UserError, before any allocation, for a model whose training would not fit in this machine's memory:
-    16 bytes a parameter (weights, gradients, AdamW's two moments) and the max_len x max_len causal mask."""
+    """One-line UserErrors for settings no training can use, before any work is done: each field's rule
+    (utils.setting), then the rules that tie fields together."""
+    problems = [*setting_problems(cfg), *setting_problems(tcfg)]
+    if cfg.emb_dim % max(1, cfg.num_heads):
+        problems.append(f"--emb_dim {cfg.emb_dim} must be divisible by --num_heads {cfg.num_heads}")
     layer = 4 * cfg.emb_dim**2 + 2 * cfg.emb_dim * cfg.dim_feedforward  # attention and feed-forward
     layers = cfg.num_encoder_layers + 2 * cfg.num_decoder_layers  # a decoder layer attends twice
+    # 16 bytes a parameter (weights, gradients, AdamW's two moments) and the max_len x max_len causal mask
     need = 16 * (layers * layer + (2 * cfg.vocab_size + cfg.max_len) * cfg.emb_dim) + cfg.max_len**2
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system: no bound
-        return
-    if need > memory:
-        raise UserError(
-            f"--emb_dim {cfg.emb_dim}, --dim_feedforward {cfg.dim_feedforward}, --max_len {cfg.max_len}, --vocab_size "
-            f"{cfg.vocab_size} and the layers need about {need / 2**30:,.0f} GiB to train; this machine has "
-            f"{memory / 2**30:,.0f} GiB"
-        )
+    if need > physical_memory():
+        problems.append(f"--emb_dim {cfg.emb_dim}, --dim_feedforward {cfg.dim_feedforward}, --max_len {cfg.max_len}, "
+                        f"--vocab_size {cfg.vocab_size} and the layers need about {need / 2**30:,.0f} GiB to train; "
+                        f"this machine has {physical_memory() / 2**30:,.0f} GiB")  # fmt: skip
+    if problems:
+        raise UserError(problems[0])
 
 
 def check_seed(seed: int) -> None:
-    """A one-line UserError for a seed outside 0..2**32-1."""
-    if not 0 <= seed <= MAX_SEED:
-        raise UserError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
+    """A one-line UserError for a seed outside 0..2**32-1 (addsub.py data's, which has no TrainConfig)."""
+    check_settings(AddSubConfig(), TrainConfig(seed=seed))
 
 
 def lr_lambda(tcfg: TrainConfig, total_steps: int) -> Callable[[int], float]:
@@ -577,36 +538,34 @@ def train(
     Not trainer.Trainer: that loop trains a model(x, y) -> (logits, loss) by a token-counted
     cosine; this one trains an encoder-decoder on (src, tgt) by steps and keeps its best val epoch.
     """
-    src, tgt = train_data
-    device = src.device
-    gen = torch.Generator().manual_seed(tcfg.seed)
+    (src, tgt), device, gen = train_data, train_data[0].device, torch.Generator().manual_seed(tcfg.seed)
     optimizer, scheduler = optimizer_and_schedule(model, tcfg, src.size(0))
     writer = open_writer(logdir, model, tcfg)
-    best = {"val_exact_match": -1.0}
-    best_state = None
-    step = 0
+    best, best_state, step = {"val_exact_match": -1.0}, None, 0
     t0, cpu0 = time.perf_counter(), time.process_time()
     bar = tqdm(range(tcfg.epochs), desc="epochs", disable=not progress)
-    for epoch in bar:
-        perm = torch.randperm(src.size(0), generator=gen).to(device)
-        train_loss, step = train_epoch(model, (src, tgt), perm, optimizer, scheduler, tcfg, writer, step)
-        val_loss, scores = validate(model, val_data, writer, step, train_loss)
-        bar.set_postfix(loss=f"{train_loss:.4f}", val_em=f"{scores['exact_match']:.4f}")
-        if progress:
-            tqdm.write(epoch_line(epoch, train_loss, val_loss, scores, time.perf_counter() - t0))
-        if scores["exact_match"] >= best["val_exact_match"]:
-            best = {"val_exact_match": scores["exact_match"], "val_token_accuracy": scores["token_accuracy"]}
-            best["epoch"] = epoch + 1
-            best_state = copy.deepcopy(model.state_dict())
-            if on_best is not None:
-                on_best(model, best)
-    train_seconds = time.perf_counter() - t0
-    cpu_seconds = time.process_time() - cpu0  # all threads': unlike wall time, not grown by other jobs
-    if writer is not None:
-        writer.close()
-    if best_state is not None:
+    try:
+        for epoch in bar:
+            perm = torch.randperm(src.size(0), generator=gen).to(device)
+            train_loss, step = train_epoch(model, (src, tgt), perm, optimizer, scheduler, tcfg, writer, step)
+            val_loss, scores = validate(model, val_data, writer, step, train_loss)
+            bar.set_postfix(loss=f"{train_loss:.4f}", val_em=f"{scores['exact_match']:.4f}")
+            if progress:
+                tqdm.write(epoch_line(epoch, train_loss, val_loss, scores, time.perf_counter() - t0))
+            if scores["exact_match"] >= best["val_exact_match"]:
+                best = {"val_exact_match": scores["exact_match"], "val_token_accuracy": scores["token_accuracy"]}
+                best["epoch"] = epoch + 1
+                best_state = copy.deepcopy(model.state_dict())
+                if on_best is not None:
+                    on_best(model, best)
+    finally:  # closed even after a failed write, so that its thread writes nothing into a folder removed after
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
+    seconds = {"train_seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0}  # cpu: all
+    if best_state is not None:  # threads', which unlike wall time other jobs do not grow
         model.load_state_dict(best_state)
-    return {**best, "epochs": tcfg.epochs, "steps": step, "train_seconds": train_seconds, "cpu_seconds": cpu_seconds}
+    return {**best, "epochs": tcfg.epochs, "steps": step, **seconds}
 
 
 def open_writer(logdir: str | Path | None, model: AddSubTransformer, tcfg: TrainConfig):
@@ -695,10 +654,12 @@ def train_epoch(
 
 
 def save_params(path: str | Path, model: AddSubTransformer, extra: dict | None = None) -> None:
-    """Atomically write {'config', 'model'} to path (loadable with weights_only) and a JSON note beside it."""
+    """Atomically write {'config', 'model'} to path (loadable with weights_only) and a JSON sidecar beside it
+    with the config, `extra` and the params' SHA-256 (params.save_with_sidecar)."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    torch_save_atomic({"config": asdict(model.cfg), "model": state}, path)
-    write_json_atomic(f"{path}.json", {"config": asdict(model.cfg), **(extra or {})})
+    save_with_sidecar(
+        {"config": asdict(model.cfg), "model": state}, path, {"config": asdict(model.cfg), **(extra or {})}
+    )
 
 
 def config_from(saved: dict) -> AddSubConfig:
@@ -708,17 +669,14 @@ def config_from(saved: dict) -> AddSubConfig:
 
 
 def load_params(path: str | Path, device: torch.device | str = "cpu") -> AddSubTransformer:
-    """Rebuild the model from a params file written by save_params, in eval mode."""
-    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block torch.load forever
-        raise UserError(f"--reading_params_path {path}: is a folder, FIFO, device or socket; give a params file")
-    if not Path(path).is_file():
-        raise UserError(
-            f"params file {str(path)!r} not found; train one with `python src/addsub.py train --outputs_path {path}`"
-        )
+    """Rebuild the model from a params file written by save_params (checked against its sidecar's SHA-256),
+    in eval mode."""
+    hint = f" (train one with `python src/addsub.py train --outputs_path {path}`)"
+    blob, side, _ = load_verified(check_input(path, "--reading_params_path", hint), "--reading_params_path")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
         model = AddSubTransformer(config_from(blob["config"]))
         model.load_state_dict(blob["model"])
+        warn_unverified(path, side)
     except Exception as e:  # any unreadable or foreign file is the user's input, not our bug
         raise UserError(
             f"{path} is not an AddSub params file ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
@@ -824,18 +782,13 @@ def run_train(args: argparse.Namespace) -> None:
     def on_best(m, best):
         save_params(args.outputs_path, m, {**extra, "best": best})
 
-    made = None  # the outermost folder of --logdir that this run will make
-    for folder in (Path(args.logdir), *Path(args.logdir).parents):
-        if os.path.lexists(folder):
-            break
-        made = folder
+    made = folders_to_make(run_dir)  # this run's folder and the parents it makes: all it may remove
     try:
         with no_thread_tracebacks_for_os_errors():
             summary = train(model, data["train"], data["val"], tcfg, run_dir, on_best, progress=not args.no_progress)
     except OSError as e:  # the TensorBoard logs on a full disk; the params of the best epoch so far are kept
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if made is not None:
-            shutil.rmtree(made, ignore_errors=True)
+        if made:
+            shutil.rmtree(made[-1], ignore_errors=True)
         raise UserError(f"{e.filename or run_dir}: cannot be written ({e.strerror or e})") from None
     save_params(args.outputs_path, model, {**extra, "best": summary})
     print(

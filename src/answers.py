@@ -25,18 +25,16 @@ from confidence import (
     scores_tsv,
 )
 from config import BLOCK_SIZE, RunConfig, build_model
-from dataset import CharCorruptionDataset, Question, Vocabulary, read_questions, score_places
+from dataset import CharCorruptionDataset, Question, Vocabulary, question_problem, read_questions, score_places
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS
 from params import load_params, read_sidecar, sidecar_path, stored_sizes
-from utils import ScalarWriter, UserError, find_data_file, write_json_atomic, write_text_atomic
+from utils import ScalarWriter, UserError, locate_data, write_json_atomic, write_text_atomic
 
 
 def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
     """A model built as the sidecar of params file `path` describes it (its variant and sizes)."""
     side = read_sidecar(path)
-    if not Path(path).is_file():
-        raise UserError(f"--ensemble_params {path}: params file not found")
     if side is None or side.get("variant") not in VARIANTS:
         raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
     sizes = stored_sizes(path, "--ensemble_params")
@@ -62,8 +60,6 @@ def evaluate(
     t0, texts, found = time.time(), [q.text for q in questions], {}
     reader = reader_link(args.reading_params_path)
     if reader is not None:
-        if args.ensemble_params:
-            raise UserError("--ensemble_params combines direct answers; a recite reader cannot join an ensemble")
         texts = recitations(args, vocab, questions, reader, device, str(path))
         share = recite.place_in_recitation(questions, texts)
         if not math.isnan(share):
@@ -91,14 +87,12 @@ def evaluate(
 
 
 def eval_questions(args: RunConfig, vocab: Vocabulary) -> tuple[Path, list[Question | None], Vocabulary]:
-    """evaluate's checks of its flags, and its questions (one entry per line of --eval_corpus_path)."""
-    for flag in ("reading_params_path", "eval_corpus_path", "outputs_path"):
-        if getattr(args, flag) is None:
-            raise UserError(f"evaluate needs --{flag}")
-    for p in args.ensemble_params or []:
-        if reader_link(p) is not None:
-            raise UserError(f"--ensemble_params {p}: a recite reader cannot join an ensemble of direct answers")
-    path = find_data_file(args.eval_corpus_path, "eval corpus")
+    """evaluate's questions (one entry per line of --eval_corpus_path), checked; an ensemble of direct answers
+    that a recite reader would join is refused."""
+    readers = [p for p in [args.reading_params_path, *(args.ensemble_params or [])] if reader_link(p) is not None]
+    if args.ensemble_params and readers:
+        raise UserError(f"{readers[0]} is a recite reader; --ensemble_params combines direct answers only")
+    path = locate_data(args.eval_corpus_path)
     entries = read_questions(path, require_place=False)
     check_questions(entries, vocab, path)
     return path, entries, vocab
@@ -119,14 +113,12 @@ def write_answers(args: RunConfig, entries: list[Question | None], scores: list[
 
 
 def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:
-    """A UserError naming file and line for a question with a character outside the vocabulary or
-    too long for the block (None entries are blank lines)."""
-    for q in entries:
-        if q is None:
-            continue
+    """A UserError naming file and line for a question that cannot be asked (dataset.question_problem) or
+    has a character outside the vocabulary (None entries are blank lines)."""
+    for q in (q for q in entries if q is not None):
+        if question_problem(q.text, BLOCK_SIZE):
+            raise UserError(f"{path}:{q.line}: the question {question_problem(q.text, BLOCK_SIZE)}")
         vocab.encode(q.text, where=f"{path}:{q.line}")
-        if len(q.text) + 2 > BLOCK_SIZE:
-            raise UserError(f"{path}:{q.line}: question is {len(q.text)} characters; at most {BLOCK_SIZE - 2} fit")
 
 
 def answer_and_score(
@@ -156,9 +148,10 @@ def reader_link(params_path: str) -> tuple[Path, int] | None:
     if side.get("protocol") != "recite":
         return None
     chars = side.get("recite_chars")
-    if not isinstance(chars, int) or isinstance(chars, bool) or not 1 <= chars <= BLOCK_SIZE - 3:
-        raise UserError(f"{params_path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to "
-                        f"{BLOCK_SIZE - 3} characters")  # fmt: skip
+    most = BLOCK_SIZE - recite.ANSWER_ROOM  # as the flag's rule: room for the answer after the recitation
+    if not isinstance(chars, int) or isinstance(chars, bool) or not 1 <= chars <= most:
+        raise UserError(f"{params_path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to {most} "
+                        "characters")  # fmt: skip
     return recite.linked_pretrained(params_path, side), chars
 
 
@@ -189,16 +182,10 @@ def report_accuracy(label: str, questions: list[Question], predictions: list[str
 
 
 def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
-    """Answer one question: the greedy answer, its confidence, and the top 3 answers of a beam search."""
-    if args.reading_params_path is None:
-        raise UserError("ask needs --reading_params_path")
-    question = (args.question or "").strip()
-    if not question:
-        raise UserError('ask needs a question after the corpus, e.g. "Where was Ada Lovelace born?"')
-    vocab = corpus.vocab
+    """Answer one question (checked by config.check_args): the greedy answer, its confidence, and the top 3
+    answers of a beam search."""
+    question, vocab = args.question.strip(), corpus.vocab
     vocab.encode(question, where=f"question {question!r}")
-    if len(question) + 2 > BLOCK_SIZE:
-        raise UserError(f"question is {len(question)} characters; at most {BLOCK_SIZE - 2} fit")
     load_params(model, vocab, args.reading_params_path)
     model.to(device)
     reader = reader_link(args.reading_params_path)

@@ -3,21 +3,26 @@ their resolution, the TrainerConfig of a phase and the GPT a command builds."""
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import math
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
-from dataset import ORDERS
+from dataset import ORDERS, max_truncated_len, question_problem
 from model import GPT, VARIANTS, GPTConfig
 from params import stored_sizes
 from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
 from trainer import TrainerConfig
-from utils import UserError, find_data_file, pick_device
+from utils import (
+    UserError,
+    check_input,
+    check_output_dir,
+    check_output_file,
+    find_data_file,
+    physical_memory,
+    setting,
+    setting_problems,
+)
 
 BLOCK_SIZE = 128
 FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
@@ -40,122 +45,126 @@ FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
 #   its recite reader takes the handout's finetune (10 epochs at 6e-4, dropout 0.1), which
 #   teaches it to copy the place out of the recitation rather than answer from memory.
 _HANDOUT_LOOP = {"schedule": "handout", "order": "file", "decay": "all_but_biases"}
-_FROM_SCRATCH = {"max_epochs": 75, "batch_size": 256, "finetune_lr": 6e-4, "dropout": 0.1}
-_HANDOUT_AFTER_PRETRAINING = {**_FROM_SCRATCH, "max_epochs": 10}
 PRESETS = {
     "handout": {
-        "pretrain": {"max_epochs": 650, "batch_size": 128, "pretrain_lr": 6e-3, "dropout": 0.1, "doc_offset": 0,
-                     **_HANDOUT_LOOP},
-        "finetune": {**_FROM_SCRATCH, **_HANDOUT_LOOP},
-        "finetune_pretrained": {**_HANDOUT_AFTER_PRETRAINING, **_HANDOUT_LOOP},
-        "reader": {**_HANDOUT_AFTER_PRETRAINING, **_HANDOUT_LOOP},
+        "pretrain": {"max_epochs": 650, "batch_size": 128, **_HANDOUT_LOOP},
+        "finetune": _HANDOUT_LOOP,
+        "finetune_pretrained": {"max_epochs": 10, **_HANDOUT_LOOP},
+        "reader": {"max_epochs": 10, **_HANDOUT_LOOP},
     },
     "cpu": {
-        "pretrain": {"max_epochs": 150, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0,
-                     "optimizer": "muon", "budget_minutes": 60, "schedule": "run"},
-        "finetune": {**_FROM_SCRATCH, "schedule": "handout"},
-        "finetune_pretrained": {"max_epochs": 5, "batch_size": 256, "finetune_lr": 1e-4, "dropout": 0.0,
-                                "schedule": "handout"},
-        "reader": {**_HANDOUT_AFTER_PRETRAINING, "schedule": "handout"},
+        "pretrain": {"max_epochs": 150, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0, "optimizer": "muon",
+                     "budget_minutes": 60, "schedule": "run"},
+        "finetune": {},
+        "finetune_pretrained": {"max_epochs": 5, "finetune_lr": 1e-4, "dropout": 0.0},
+        "reader": {"max_epochs": 10},
     },
 }  # fmt: skip
-RETIRED_PRESETS = {"cpu_fp32": "cpu"}  # old name -> the preset that replaced it
 
 
-def preset_name(name: str) -> str:
-    """argparse type for --preset: a retired name is refused in one line naming its replacement."""
-    if name in RETIRED_PRESETS:
-        raise argparse.ArgumentTypeError(
-            f"--preset {name} was retired: use --preset {RETIRED_PRESETS[name]} (precision follows the "
-            "hardware: bf16 where it is native, --fp32 forces fp32)"
-        )
-    if name not in PRESETS:
-        raise argparse.ArgumentTypeError(f"--preset must be one of {', '.join(PRESETS)}, got {name!r}")
-    return name
-
-
-def flag(default: Any, help: str | None, group: str, commands: tuple[str, ...] = FUNCTIONS, **options: Any) -> Any:
+def flag(default: Any, help: str | None, group: str, commands: tuple[str, ...] = FUNCTIONS, *, kind: str = "",
+         required_by: tuple[str, ...] = (), **rule_and_options: Any) -> Any:  # fmt: skip
     """A RunConfig field that is also a flag --<field> (positional=True: an argument) of the run.py `commands`
-    that use it (another command refuses it): its default, its --help line (None: hidden) and group, and
-    argparse's options (type, choices, nargs, action)."""
-    return field(default=default, metadata={"help": help, "group": group, "commands": commands, **options})
+    that use it (another command refuses it) and required by `required_by`: its default, its --help line
+    (None: hidden) and group, its rule (utils.setting: at_least, above, at_most), and its kind where it names a
+    file ("input", "data": an input also looked up in data/, "output", "output_dir") or is free text ("text");
+    the rest are argparse's options (type, choices, nargs, action)."""
+    return setting(default, help, group=group, commands=commands, kind=kind, required_by=required_by,
+                   **rule_and_options)  # fmt: skip
 
 
 HANDOUT, OUTPUTS, TRAINING, RECIPE, RUN, SPEED = (
     "the handout's", "outputs", "training", "recipe", "budget and checkpoints", "speed"
 )  # fmt: skip
 TRAIN, PRETRAIN, FINETUNE, EVALUATE = ("pretrain", "finetune"), ("pretrain",), ("finetune",), ("evaluate",)
+LOGGED = ("pretrain", "finetune", "evaluate")
+DOC_OFFSET_ROOM = BLOCK_SIZE - max_truncated_len(BLOCK_SIZE) - 2  # characters free before the longest example
 
 
 @dataclass
 class RunConfig:
     """Every setting of a run.py command, resolved (see resolve). Each field is the flag of the same name,
-    from the command line to the params' sidecar and the checkpoint, which store it whole; the defaults
-    here are the only ones (what neither the user, the read params' sidecar nor the preset sets)."""
+    from the command line to the params' sidecar and the checkpoint, which store it whole, and carries its
+    rule (check_args applies them all); the defaults here are the only ones: the preset's phase overrides
+    them (PRESETS), then the read params' sidecar (model sizes), then what the user typed."""
 
     function: str = flag("", "what to do", HANDOUT, commands=())  # the command word, run.py's first argument
     variant: str = flag("", "vanilla, perceiver (2023 handout) or rope (2024 handout)", HANDOUT,
                         positional=True, choices=VARIANTS)  # fmt: skip
     pretrain_corpus_path: str = flag("", "pretraining corpus (wiki.txt); defines the vocabulary in every command",
-                                     HANDOUT, positional=True)  # fmt: skip
-    reading_params_path: str | None = flag(None, "params to load before training or evaluating", HANDOUT)
-    finetune_corpus_path: str | None = flag(None, "question<TAB>place file to finetune on", HANDOUT, FINETUNE)
-    pretrain_lr: float = flag(6e-3, "peak learning rate", HANDOUT, PRETRAIN, type=float)
-    finetune_lr: float = flag(6e-4, "peak learning rate", HANDOUT, FINETUNE, type=float)
+                                     HANDOUT, positional=True, kind="data")  # fmt: skip
+    reading_params_path: str | None = flag(None, "params to load before training or evaluating", HANDOUT,
+                                           kind="input", required_by=("evaluate", "ask"))  # fmt: skip
+    finetune_corpus_path: str | None = flag(None, "question<TAB>place file to finetune on", HANDOUT, FINETUNE,
+                                            kind="data", required_by=FINETUNE)  # fmt: skip
+    pretrain_lr: float = flag(6e-3, "peak learning rate", HANDOUT, PRETRAIN, type=float, above=0)
+    finetune_lr: float = flag(6e-4, "peak learning rate", HANDOUT, FINETUNE, type=float, above=0)
     bottleneck_dim: int = flag(32, "perceiver bottleneck length m (the 2023 handout's figures used 64; read "
-                               "from the params' sidecar)", HANDOUT, type=int)  # fmt: skip
-    question: str | None = flag(None, 'e.g. "Where was Ada Lovelace born?"', OUTPUTS, ("ask",),
-                                positional=True, nargs="?")  # fmt: skip
-    writing_params_path: str | None = flag(None, "where to save the trained params", OUTPUTS, TRAIN)
-    eval_corpus_path: str | None = flag(None, "questions (with or without places) to answer", OUTPUTS, EVALUATE)
-    outputs_path: str | None = flag(None, "where to write one prediction per input line", OUTPUTS, EVALUATE)
-    scores_path: str | None = flag(None, "also write answer<TAB>logprob<TAB>mean_logprob", OUTPUTS, EVALUATE)
+                               "from the params' sidecar)", HANDOUT, type=int, at_least=1, at_most=BLOCK_SIZE)  # fmt: skip
+    question: str | None = flag(None, 'e.g. "Where was Ada Lovelace born?"', OUTPUTS, ("ask",), kind="text",
+                                positional=True, nargs="?", required_by=("ask",))  # fmt: skip
+    writing_params_path: str | None = flag(None, "where to save the trained params", OUTPUTS, TRAIN, kind="output",
+                                           required_by=TRAIN)  # fmt: skip
+    eval_corpus_path: str | None = flag(None, "questions (with or without places) to answer", OUTPUTS, EVALUATE,
+                                        kind="data", required_by=EVALUATE)  # fmt: skip
+    outputs_path: str | None = flag(None, "where to write one prediction per input line", OUTPUTS, EVALUATE,
+                                    kind="output", required_by=EVALUATE)  # fmt: skip
+    scores_path: str | None = flag(None, "also write answer<TAB>logprob<TAB>mean_logprob", OUTPUTS, EVALUATE,
+                                   kind="output")  # fmt: skip
     ensemble_params: list[str] | None = flag(
         None, "more finetuned params (any variant, read from their sidecars); each question takes the answer "
-        "its model is most confident of", OUTPUTS, EVALUATE, nargs="+", metavar="PARAMS", action="extend")  # fmt: skip
-    tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<command>/)", OUTPUTS,
-                             ("pretrain", "finetune", "evaluate"))  # fmt: skip
+        "its model is most confident of", OUTPUTS, EVALUATE, nargs="+", metavar="PARAMS", action="extend",
+        kind="input")  # fmt: skip
+    tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<command>/)", OUTPUTS, LOGGED,
+                             kind="text")  # fmt: skip
     tb_dir: str | None = flag(None, "TensorBoard folder of this run's folder (expt/<command>; run.sh gives all its "
-                              "runs one)", OUTPUTS, ("pretrain", "finetune", "evaluate"))  # fmt: skip
-    max_epochs: int = flag(0, "epochs", TRAINING, TRAIN, type=int)
-    batch_size: int = flag(0, "batch size", TRAINING, TRAIN, type=int)
-    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals", TRAINING, TRAIN, type=float)
+                              "runs one)", OUTPUTS, LOGGED, kind="output_dir")  # fmt: skip
+    max_epochs: int = flag(75, "epochs", TRAINING, TRAIN, type=int, at_least=1)
+    batch_size: int = flag(256, "batch size", TRAINING, TRAIN, type=int, at_least=1)
+    dropout: float = flag(0.1, "dropout of embeddings, attention and residuals", TRAINING, TRAIN, type=float,
+                          at_least=0, at_most=0.99)  # fmt: skip
     optimizer: str = flag("adamw", "adamw (the handout's) or muon for the blocks' matrices (cpu pretraining)",
                           TRAINING, TRAIN, choices=["adamw", "muon"])  # fmt: skip
-    seed: int = flag(0, "seed for init, data order, corruption and dropout", TRAINING, type=int)
-    n_layer: int = flag(4, "transformer blocks (perceiver: down + n_layer-2 + up)", TRAINING, type=int)
-    n_head: int = flag(8, "attention heads", TRAINING, type=int)
-    n_embd: int = flag(256, "embedding width", TRAINING, type=int)
+    seed: int = flag(0, "seed for init, data order, corruption and dropout", TRAINING, type=int, at_least=0,
+                     at_most=2**32 - 1)  # fmt: skip
+    n_layer: int = flag(4, "transformer blocks (perceiver: down + n_layer-2 + up)", TRAINING, type=int, at_least=1)
+    n_head: int = flag(8, "attention heads", TRAINING, type=int, at_least=1)
+    n_embd: int = flag(256, "embedding width", TRAINING, type=int, at_least=1)
     recite: bool = flag(False, "finetune a recite reader: the --reading_params_path model recites each training "
                         "person and the reader learns to read the place from that (evaluate and ask then recite "
                         "first: see README)", TRAINING, FINETUNE, action="store_true")  # fmt: skip
     recite_chars: int | None = flag(None, "with --recite: characters of recollection (100; the perceiver: "
-                                    "bottleneck_dim - 16)", TRAINING, FINETUNE, type=int)  # fmt: skip
+                                    "bottleneck_dim - 16)", TRAINING, FINETUNE, type=int, at_least=1,
+                                    at_most=BLOCK_SIZE - ANSWER_ROOM)  # fmt: skip
     preset: str = flag("handout", "recipe for unset flags: handout (the course's, default) or cpu (README)", RECIPE,
-                       type=preset_name)  # fmt: skip
+                       choices=list(PRESETS))  # fmt: skip
     doc_offset: int = flag(0, "start each example at a random position 0..N after another document's end",
-                           RECIPE, PRETRAIN, type=int)  # fmt: skip
+                           RECIPE, PRETRAIN, type=int, at_least=0, at_most=DOC_OFFSET_ROOM)  # fmt: skip
     # Research settings that the presets set: not in --help.
     schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
     order: str = flag("bucketed", None, RECIPE, TRAIN, choices=ORDERS)
     decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
     budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu the "
                                         "epochs are planned after every epoch to fill it at the pace measured, "
-                                        "the cosine ending with them", RUN, PRETRAIN, type=float)  # fmt: skip
-    max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, TRAIN, type=int)
+                                        "the cosine ending with them", RUN, PRETRAIN, type=float, above=0)  # fmt: skip
+    max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, TRAIN, type=int, at_least=1)
     resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, TRAIN, action="store_true")
-    ckpt_every: int = flag(100, "optimizer steps between checkpoints (0: at the end)", RUN, TRAIN, type=int)
+    ckpt_every: int = flag(100, "optimizer steps between checkpoints (0: at the end)", RUN, TRAIN, type=int,
+                           at_least=0)  # fmt: skip
     device: str = flag("auto", "where to run (auto: cuda if there is one)", RUN, choices=["auto", "cpu", "cuda"])
-    fp32: bool = flag(False, "train in fp32 even where bf16 autocast is available (all commands take it, so "
-                      "that run.sh's EXTRA_FLAGS may)", SPEED, action="store_true")  # fmt: skip
+    fp32: bool = flag(False, "train in fp32 even where bf16 is measured faster (all commands take it, so that "
+                      "run.sh's EXTRA_FLAGS may)", SPEED, action="store_true")  # fmt: skip
+    micro_batch: int | None = flag(None, "rows per length-grouped micro-batch of the handout's file order (0: whole "
+                                   "batches; unset: measured)", SPEED, TRAIN, type=int, at_least=0)  # fmt: skip
+    threads: int | None = flag(None, "CPU threads (unset: torch's count, chosen as a planned run trains)", SPEED,
+                               type=int, at_least=1, at_most=os.cpu_count() or 1)  # fmt: skip
 
 
-# What a resumed run may change: where its outputs go, its budget, checkpoints and device. Every
-# other setting defines what the run computes: --resume refuses a checkpoint made with another value.
-RESUME_MAY_CHANGE = frozenset(
-    {"question", "writing_params_path", "eval_corpus_path", "outputs_path", "scores_path", "ensemble_params",
-     "tb_expt_name", "tb_dir", "budget_minutes", "max_steps", "resume", "ckpt_every", "device"}
-)  # fmt: skip
+# What defines a run's result: --resume refuses a checkpoint made with another value of these (the data's
+# contents are compared by hash; where outputs go, budgets, checkpoints, device, precision and threads may change).
+RESUME_MUST_MATCH = ("variant", "pretrain_lr", "finetune_lr", "bottleneck_dim", "max_epochs", "batch_size",
+                     "dropout", "optimizer", "seed", "n_layer", "n_head", "n_embd", "recite", "recite_chars",
+                     "doc_offset", "schedule", "order", "decay")  # fmt: skip
 
 
 def phase(function: str, recite: bool, reading_params_path: str | None) -> str:
@@ -168,6 +177,11 @@ def phase(function: str, recite: bool, reading_params_path: str | None) -> str:
     return "finetune_pretrained" if reading_params_path else "finetune"
 
 
+def preset_value(preset: str, phase: str, name: str) -> Any:
+    """What `preset` gives setting `name` in `phase`: its own value, else RunConfig's default."""
+    return PRESETS[preset][phase].get(name, getattr(RunConfig, name))
+
+
 def resolve(typed: dict) -> RunConfig:
     """The RunConfig of a command from the values the user typed (None: not typed): RunConfig's
     defaults, then the preset's phase, then the model sizes stored with --reading_params_path (see
@@ -177,6 +191,8 @@ def resolve(typed: dict) -> RunConfig:
     preset_values = PRESETS[preset][phase(typed["function"], recite, typed.get("reading_params_path"))]
     stored = stored_sizes(typed.get("reading_params_path"), "--reading_params_path")
     given = {key: value for key, value in typed.items() if value is not None}
+    if isinstance(given.get("question"), str):
+        given["question"] = given["question"].strip()
     config = RunConfig(**{**preset_values, **stored, **given})
     if config.recite and config.recite_chars is None:
         config.recite_chars = default_recite_chars(config.variant, config.bottleneck_dim)
@@ -199,9 +215,9 @@ def pretrain_budget_minutes(
     just timed on this machine: the finetune from scratch (nopretrain_seconds for nopretrain_epochs of
     question examples) and one dev evaluation (dev_seconds). finetune_epochs: the finetunes' after
     pretraining; None: the preset's."""
-    cpu = PRESETS["cpu"]
-    epoch = nopretrain_seconds / (nopretrain_epochs or cpu["finetune"]["max_epochs"])
-    finetune_pretrained, reader = (finetune_epochs or cpu[p]["max_epochs"] for p in ("finetune_pretrained", "reader"))
+    epoch = nopretrain_seconds / (nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs"))
+    finetune_pretrained, reader = (finetune_epochs or preset_value("cpu", p, "max_epochs") for p in
+                                   ("finetune_pretrained", "reader"))  # fmt: skip
     others = used_seconds + 2 * dev_seconds  # the ensemble's evaluation at the end
     for variant in variants:
         chars = bottleneck_dim - ANSWER_ROOM if variant == "perceiver" else RECITE_CHARS
@@ -214,16 +230,14 @@ def pretrain_budget_minutes(
 
 
 def trainer_config(
-    args: RunConfig, pretrain_len: int, train_len: int | None = None, example_length: int = BLOCK_SIZE - 1
+    args: RunConfig, pretrain_len: int, train_len: int, example_length: int, machine: dict
 ) -> TrainerConfig:
-    """The loop's settings for this command (see resolve).
-
-    pretrain_len: documents in the pretraining corpus; train_len: examples per
-    epoch of the data trained on now (default pretrain_len); example_length:
-    positions per example of that data, as the trainer counts tokens.
-    """
+    """The loop's settings for this command (see resolve) on a machine that chose `machine`
+    (machine.choose: its precision and micro-batch rows). pretrain_len: documents in the pretraining
+    corpus; train_len: examples per epoch of the data trained on now; example_length: positions per
+    example of that data, as the trainer counts tokens."""
     if args.schedule == "run":  # the cosine spans exactly this run's epochs (planned to the budget)
-        final_tokens = args.max_epochs * (train_len or pretrain_len) * example_length
+        final_tokens = args.max_epochs * train_len * example_length
     else:  # the handout's: final_tokens fixed by the pretraining corpus, the cosine uncapped
         final_tokens = 200 * pretrain_len * BLOCK_SIZE
     return TrainerConfig(
@@ -234,11 +248,9 @@ def trainer_config(
         cosine_cap=args.schedule == "run",
         max_steps=args.max_steps,
         order=args.order,
-        # The file order pads each batch to its longest: on a CPU, micro-batches of the same step leave that out
-        # (Trainer.micro_batches); not on a GPU, whose step is bound by kernel launches, which they multiply.
-        micro_batch=32 if args.order == "file" and pick_device(args.device).type == "cpu" else 0,
+        micro_batch=machine["micro_batch"] if args.order == "file" else 0,  # a bucketed batch is cropped whole
         decay=args.decay,
-        bf16=not args.fp32,
+        bf16=machine["precision"] == "bf16",
         optimizer=args.optimizer,
         seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
@@ -255,88 +267,68 @@ def time_budget(args: RunConfig) -> tuple[float | None, bool]:
 
 
 def build_model(args: RunConfig, vocab_size: int, variant: str | None = None) -> GPT:
-    """The model the flags describe (variant: the positional one unless given)."""
-    variant = variant or args.variant
+    """The model the settings describe (variant: the positional one unless given), checked by check_args."""
     config = GPTConfig(
         vocab_size=vocab_size,
         block_size=BLOCK_SIZE,
         n_layer=args.n_layer,
         n_head=args.n_head,
         n_embd=args.n_embd,
-        variant=variant,
+        variant=variant or args.variant,
         bottleneck_dim=args.bottleneck_dim,
         embd_pdrop=args.dropout,
         resid_pdrop=args.dropout,
         attn_pdrop=args.dropout,
     )
-    if config.n_embd % config.n_head:
-        raise UserError(f"--n_embd {config.n_embd} must be divisible by --n_head {config.n_head}")
-    if config.variant == "rope" and (config.n_embd // config.n_head) % 2:
-        raise UserError(f"rope needs an even head size; --n_embd {config.n_embd} / --n_head {config.n_head} is odd")
-    if config.variant == "perceiver" and config.n_layer < 2:
-        raise UserError("the perceiver needs --n_layer of at least 2 (down and up blocks)")
-    if config.variant == "perceiver" and not 1 <= config.bottleneck_dim <= BLOCK_SIZE:
-        raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {config.bottleneck_dim}")
-    check_memory(config)
     return GPT(config)
 
 
-def check_memory(config: GPTConfig) -> None:
-    """A UserError, before any allocation, for a model whose training (fp32 weights, gradients and AdamW's
-    two moments: 16 bytes a parameter) would not fit in this machine's memory."""
-    params = config.n_layer * 12 * config.n_embd**2 + (2 * config.vocab_size + config.block_size) * config.n_embd
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system: no bound
-        return
-    if 16 * params > memory:
-        raise UserError(
-            f"--n_layer {config.n_layer} --n_embd {config.n_embd}: about {params / 1e6:,.0f}M parameters, "
-            f"{16 * params / 2**30:,.0f} GiB to train; this machine has {memory / 2**30:,.0f} GiB"
-        )
+def training_bytes(n_layer: int, n_embd: int, vocab_size: int = 256, block_size: int = BLOCK_SIZE) -> int:
+    """What training a GPT of these sizes holds in memory: fp32 weights, gradients and AdamW's two moments,
+    16 bytes a parameter."""
+    return 16 * (n_layer * 12 * n_embd**2 + (2 * vocab_size + block_size) * n_embd)
+
+
+def problems(args: RunConfig) -> Iterator[str]:
+    """What is wrong with a command's settings, one line each: every field's rule (its range, and the
+    commands that require it), then the rules that tie fields together."""
+    yield from setting_problems(args)
+    for f in fields(args):
+        if args.function in f.metadata["required_by"] and getattr(args, f.name) in (None, ""):
+            yield f"{args.function} needs " + (QUESTION_NEEDED if f.name == "question" else f"--{f.name}")
+    a = args
+    if a.n_embd % a.n_head:
+        yield f"--n_embd {a.n_embd} must be divisible by --n_head {a.n_head}"
+    elif a.variant == "rope" and (a.n_embd // a.n_head) % 2:
+        yield f"rope needs an even head size; --n_embd {a.n_embd} / --n_head {a.n_head} is odd"
+    if a.variant == "perceiver" and a.n_layer < 2:
+        yield "the perceiver needs --n_layer of at least 2 (down and up blocks)"
+    if training_bytes(a.n_layer, a.n_embd) > physical_memory():
+        yield (f"--n_layer {a.n_layer} --n_embd {a.n_embd}: {training_bytes(a.n_layer, a.n_embd) / 2**30:,.0f} GiB "
+               f"to train; this machine has {physical_memory() / 2**30:,.0f} GiB")  # fmt: skip
+    name = a.tb_expt_name
+    if not name or name in (".", "..") or "/" in name or len(name) > 100:
+        yield f"--tb_expt_name must be a plain name of at most 100 characters (no folders, not '.'), got {name!r}"
+    if a.recite and a.reading_params_path is None:
+        yield "--recite recites with the pretrained --reading_params_path; give it"
+    if a.recite_chars is not None and not a.recite:
+        yield "--recite_chars is for finetune --recite"
+    if a.question and question_problem(a.question, BLOCK_SIZE):
+        yield f"the question {question_problem(a.question, BLOCK_SIZE)}"
+
+
+QUESTION_NEEDED = 'a question after the corpus, e.g. "Where was Ada Lovelace born?"'
 
 
 def check_args(args: RunConfig) -> None:
-    """One-line errors for values no run can use (before any work is done)."""
-    for name in ("max_epochs", "max_steps", "batch_size", "n_layer", "n_head", "n_embd"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UserError(f"--{name} must be at least 1, got {value}")
-    for name in ("pretrain_lr", "finetune_lr", "budget_minutes"):
-        value = getattr(args, name)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise UserError(f"--{name} must be a positive number, got {value}")
-    if not 1 <= args.bottleneck_dim <= BLOCK_SIZE:
-        raise UserError(f"--bottleneck_dim must be between 1 and {BLOCK_SIZE}, got {args.bottleneck_dim}")
-    if len(args.tb_expt_name) > 100:
-        raise UserError(f"--tb_expt_name is {len(args.tb_expt_name)} characters; at most 100 name a run folder")
-    if args.dropout is not None and not 0 <= args.dropout < 1:
-        raise UserError(f"--dropout must be at least 0 and below 1, got {args.dropout}")
-    if args.ckpt_every < 0:
-        raise UserError(f"--ckpt_every must be 0 or more, got {args.ckpt_every}")
-    if not 0 <= args.seed < 2**32:  # numpy's seeds are 32-bit
-        raise UserError(f"--seed must be between 0 and {2**32 - 1}, got {args.seed}")
-    name = args.tb_expt_name
-    if not name or name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name):
-        raise UserError(f"--tb_expt_name must be a plain name (no folders, not '.' or '..'), got {name!r}")
-    if args.recite and args.reading_params_path is None:
-        raise UserError("--recite recites with the pretrained --reading_params_path; give it")
-    if args.recite_chars is not None and not args.recite:
-        raise UserError("--recite_chars is for finetune --recite")
-    if args.recite_chars is not None and not 1 <= args.recite_chars < BLOCK_SIZE:
-        raise UserError(f"--recite_chars must be between 1 and {BLOCK_SIZE - 1}, got {args.recite_chars}")
-    # Inputs read after the corpus and the model: checked now, before any work.
-    for flag_name, path in [("--reading_params_path", args.reading_params_path)] + [
-        ("--ensemble_params", p) for p in args.ensemble_params or []
-    ]:
-        if path is not None and not Path(path).is_file():
-            found = "is not a regular file" if os.path.lexists(path) else "not found"
-            raise UserError(f"{flag_name} {path}: {found}; give a params file that training wrote")
-    for name, what in (("finetune_corpus_path", "finetune corpus"), ("eval_corpus_path", "eval corpus")):
-        with contextlib.redirect_stdout(io.StringIO()):  # the command says where it found the file as it reads it
-            find_data_file(getattr(args, name), what)
-    folder = Path(args.tb_dir or ".")
-    while not os.path.lexists(folder) and folder != folder.parent:  # the part that exists; the rest is made
-        folder = folder.parent
-    if not folder.is_dir():
-        raise UserError(f"--tb_dir {args.tb_dir}: {folder} is not a folder; give a folder name")
+    """One-line error for the first problem of a command's settings, before any work; then the file rules
+    of every path it names (inputs readable, outputs writable, tb_dir a folder or makeable)."""
+    problem = next(problems(args), None)
+    if problem is not None:
+        raise UserError(problem)
+    for f in fields(args):
+        kind, value = f.metadata["kind"], getattr(args, f.name)
+        flag = f.name if f.metadata.get("positional") else f"--{f.name}"
+        for path in (value if isinstance(value, list) else [value]) if value else []:
+            {"input": check_input, "data": find_data_file, "output": check_output_file,
+             "output_dir": check_output_dir}.get(kind, lambda p, flag: None)(path, flag)  # fmt: skip

@@ -19,18 +19,35 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from utils import UserError
+from utils import UserError, check_input
 
 PAD_CHAR = "\u25a1"  # □, id 0; ignored by the loss
 MASK_CHAR = "\u2047"  # ⁇, id 1; marks the start of a masked span and of an answer
+
+
+def reserved_problem(text: str) -> str | None:
+    """Why a text a user gives (a corpus, a question, a place) cannot be read: it holds PAD or MASK, which
+    the models reserve for padding and for marking spans and answers; else None."""
+    found = [c for c in (PAD_CHAR, MASK_CHAR) if c in text]
+    return f"holds the reserved character {found[0]!r} (U+{ord(found[0]):04X})" if found else None
+
+
+def question_problem(text: str, block_size: int) -> str | None:
+    """Why `text` cannot be a question: empty, more than one line, a reserved character, or too long to
+    leave room in the block for a MASK and an answer; else None."""
+    if not text or "\n" in text or "\r" in text:
+        return "is empty" if not text else "holds a line break; give one line"
+    if len(text) + 2 > block_size:
+        return f"is {len(text)} characters; at most {block_size - 2} fit"
+    return reserved_problem(text)
 
 
 class Vocabulary:
     """Character <-> id map: PAD = 0, MASK = 1, then the sorted characters of a corpus."""
 
     def __init__(self, chars: list[str]):
-        if PAD_CHAR in chars or MASK_CHAR in chars:
-            raise UserError(f"the corpus contains the reserved characters {PAD_CHAR!r} or {MASK_CHAR!r}")
+        if reserved_problem("".join(chars)):
+            raise UserError(f"the corpus {reserved_problem(''.join(chars))}")
         self.itos = [PAD_CHAR, MASK_CHAR] + sorted(set(chars))
         self.stoi = {c: i for i, c in enumerate(self.itos)}
 
@@ -43,35 +60,28 @@ class Vocabulary:
 
     def encode(self, text: str, where: str = "input") -> list[int]:
         """Ids of `text`; a character outside the vocabulary is a UserError naming `where`."""
-        try:
-            return [self.stoi[c] for c in text]
-        except KeyError as e:
-            c = e.args[0]
-            raise UserError(
-                f"{where}: character {c!r} (U+{ord(c):04X}) is not in the vocabulary of the pretraining corpus"
-            ) from None
+        missing = next((c for c in text if c not in self.stoi), None)
+        if missing is not None:
+            raise UserError(f"{where}: character {missing!r} (U+{ord(missing):04X}) is not in the vocabulary of "
+                            "the pretraining corpus")  # fmt: skip
+        return [self.stoi[c] for c in text]
 
     def decode(self, ids: list[int]) -> str:
         return "".join(self.itos[i] for i in ids)
 
 
-def read_text(path: str | Path) -> str:
-    """A whole UTF-8 file, or a UserError saying why it cannot be read."""
-    path = Path(path)
+def read_text(path: str | Path, flag: str = "") -> str:
+    """A whole UTF-8 file (checked first as an input: utils.check_input), or a UserError saying why it cannot
+    be read."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a file") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied") from None
+        text = check_input(path, flag).read_text(encoding="utf-8")
+        why = "starts with a UTF-8 byte-order mark; save it as UTF-8 without one" if text.startswith("\ufeff") else ""
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+        why = f"not valid UTF-8 (byte {e.start})"
     except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror})") from None
-    if text.startswith("\ufeff"):
-        raise UserError(f"{path}: starts with a UTF-8 byte-order mark; save it as UTF-8 without one")
+        why = f"cannot be read ({e.strerror})"
+    if why:
+        raise UserError(f"{flag} {path}: {why}".lstrip())
     return text
 
 
@@ -92,9 +102,6 @@ class CharCorruptionDataset(Dataset):
     """
 
     def __init__(self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0) -> None:
-        room = block_size - max_truncated_len(block_size) - 2  # characters free before the longest example
-        if not 0 <= max_offset <= room:
-            raise UserError(f"the document offset must be between 0 and {room}")
         # 0 = the handout (and both presets): every example starts at position 0. --doc_offset N
         # starts each at a random position 0..N, after the end of another random document, so that
         # a name is not only ever read at the start of the block (see bench/RESEARCH.md).
@@ -192,34 +199,33 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
     False. Either every non-blank line has a place or none has. A missing final
     newline is fine; malformed lines are a UserError naming file and line.
     """
-    text = read_text(path)
-    lines = text.split("\n")
+    lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line, it does not start a new one
     out: list[Question | None] = []
     for n, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
+        fields = line.split("\t")
         if not line.strip():
             out.append(None)
             continue
-        if "\t" in line:
-            fields = line.split("\t")
-            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-                raise UserError(f"{path}:{n}: expected 'question<TAB>place' with both fields non-empty, got {line!r}")
-            if fields[1] != fields[1].strip():
-                raise UserError(f"{path}:{n}: the place {fields[1]!r} has spaces around it; remove them")
-            out.append(Question(fields[0], fields[1], n))
-        elif require_place:
-            raise UserError(f"{path}:{n}: no tab; expected 'question<TAB>place', got {line!r}")
-        else:
-            out.append(Question(line, None, n))
+        problem = reserved_problem(line)
+        if len(fields) > 2 or (len(fields) == 2 and not (fields[0].strip() and fields[1].strip())):
+            problem = f"expected 'question<TAB>place' with both fields non-empty, got {line!r}"
+        elif len(fields) == 2 and fields[1] != fields[1].strip():
+            problem = f"the place {fields[1]!r} has spaces around it; remove them"
+        elif len(fields) == 1 and require_place:
+            problem = f"no tab; expected 'question<TAB>place', got {line!r}"
+        if problem:
+            raise UserError(f"{path}:{n}: {problem}")
+        out.append(Question(fields[0], fields[1] if len(fields) == 2 else None, n))
     questions = [q for q in out if q is not None]
-    if not questions:
-        raise UserError(f"{path}: contains no questions")
-    with_place = sum(q.place is not None for q in questions)
-    if 0 < with_place < len(questions):
-        first = next(q for q in questions if q.place is None)
-        raise UserError(f"{path}:{first.line}: no place, although other lines have one")
+    without = [q.line for q in questions if q.place is None]
+    problem = "contains no questions" if not questions else ""
+    if 0 < len(without) < len(questions):
+        problem = f"line {without[0]} has no place, although other lines have one"
+    if problem:
+        raise UserError(f"{path}: {problem}")
     return out
 
 

@@ -17,7 +17,7 @@ from torch.utils.tensorboard import SummaryWriter
 from config import RunConfig
 from params import read_sidecar
 from trainer import TrainingInterrupted
-from utils import UserError, no_thread_tracebacks_for_os_errors
+from utils import UserError, folders_to_make, no_thread_tracebacks_for_os_errors
 
 
 def run_role(args: RunConfig) -> str:
@@ -57,8 +57,10 @@ def run_folder(args: RunConfig) -> Path:
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
     """Inside: (a writer to the run's folder, a dict the command fills with what it found), logged as hparams
     beside the config at the end. A failure (not an interruption, which may resume) removes the folder and
-    the empty ones above it; an OS error (a full disk) becomes one line."""
+    those above it that this run made (never one that was there before); an OS error (a full disk) becomes
+    one line."""
     folder, writer, found = run_folder(args), None, {}
+    made = folders_to_make(folder)  # innermost first: the run's folder, then parents it creates
     with no_thread_tracebacks_for_os_errors():  # the error is said once, in one line, below
         try:
             writer = SummaryWriter(log_dir=str(folder))
@@ -77,8 +79,8 @@ def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
                 with contextlib.suppress(Exception):
                     writer.close()
             shutil.rmtree(folder, ignore_errors=True)
-            for parent in (folder.parent, folder.parent.parent):
-                with contextlib.suppress(OSError):
+            for parent in made[1:]:
+                with contextlib.suppress(OSError):  # another run may have started inside it meanwhile
                     parent.rmdir()
             if isinstance(e, OSError):
                 raise UserError(f"{e.filename or folder}: cannot be written ({e.strerror or e})") from None

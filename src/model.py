@@ -220,7 +220,8 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=0)
+            wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits: the loss in fp32
+            loss = F.cross_entropy(wide.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=0)
         return logits, loss
 
     @torch.no_grad()

@@ -13,8 +13,6 @@ from typing import Protocol
 
 import torch
 
-from utils import bf16_supported
-
 
 class OptimizerSettings(Protocol):
     """The settings make_optimizer reads (trainer.TrainerConfig has them all)."""
@@ -46,7 +44,7 @@ def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = tor
 
 def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
     """`orthogonalize(matrix, steps)` computed from one eigendecomposition instead of `steps` rounds
-    of matmuls (fp32; for CPUs without native bf16). Returns a tensor of matrix's shape and dtype.
+    of matmuls (at least fp32; for CPUs where bf16 is slower). Returns a tensor of matrix's shape and dtype.
 
     Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular
     vectors. So with X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration
@@ -55,7 +53,7 @@ def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor
     iteration closely (bench/RESEARCH.md); tests compare the two.
     """
     a, b, c = 3.4445, -4.7750, 2.0315
-    x = matrix.float()
+    x = matrix.to(torch.promote_types(matrix.dtype, torch.float32))  # fp32, or float64 for float64
     tall = x.size(0) > x.size(1)
     if tall:
         x = x.T
@@ -171,10 +169,9 @@ def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.o
     matrices = [p for n, p in params.items() if n in hidden]
     if not matrices:  # every hidden matrix frozen: AdamW has the rest
         return adamw
-    # bf16 only where it is native and the config asks for it, as for the forward pass.
-    native_bf16 = config.bf16 and bf16_supported(matrices[0].device)
-    ns_dtype = torch.bfloat16 if native_bf16 else torch.float32
+    # bf16 where training computes in bf16 (machine.choose measured it faster), as the forward pass does.
+    ns_dtype = torch.bfloat16 if config.bf16 else torch.float32
     # In fp32 on a CPU one eigendecomposition beats five rounds of matmuls; GPUs keep the iteration.
-    spectral = not native_bf16 and matrices[0].device.type == "cpu"
+    spectral = not config.bf16 and matrices[0].device.type == "cpu"
     muon = Muon(matrices, config.learning_rate, config.weight_decay, ns_dtype=ns_dtype, spectral=spectral)
     return MuonAdamW(muon, adamw)

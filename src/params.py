@@ -1,5 +1,7 @@
 """Params files: a plain state_dict (loadable by the handout's model) and a JSON sidecar
-beside it that says what model it fits; loading refuses any other model in one line."""
+beside it that says what model it fits and the SHA-256 of the params' bytes; loading checks
+both and refuses any other model in one line. AddSub and the demo save their params the
+same way (save_with_sidecar, load_verified)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,15 @@ import torch
 
 from dataset import Vocabulary
 from model import GPT, GPTConfig
-from utils import UserError, file_sha256, stale_temporaries, torch_load_safe, torch_save_atomic, write_json_atomic
+from utils import (
+    UserError,
+    check_input,
+    file_sha256,
+    stale_temporaries,
+    torch_load_safe,
+    torch_save_atomic,
+    write_json_atomic,
+)
 
 
 def sidecar_path(params_path: str | Path) -> Path:
@@ -22,45 +32,33 @@ def sidecar_path(params_path: str | Path) -> Path:
     return Path(f"{params_path}.json")
 
 
-def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
-    """What a params file must agree on to be loaded: stored beside it as JSON."""
-    sizes = ("variant", "bottleneck_dim", "block_size", "n_layer", "n_head", "n_embd", "vocab_size")
-    description = {key: getattr(config, key) for key in sizes} | {"vocab": "".join(vocab.itos)}
-    if config.variant != "perceiver":  # only the perceiver has a bottleneck
-        description["bottleneck_dim"] = None
-    return description
-
-
-def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
-    what loading checks (model_description), the GPTConfig as used under "model", and `extra`.
-    The sidecar, naming the new params' SHA-256, is renamed into place before the params: a kill
-    between the two leaves them in their temporary, where read_sidecar finds them."""
+def save_with_sidecar(obj: object, path: str | Path, sidecar: dict) -> None:
+    """torch.save `obj` to `path` with `sidecar` and the params' SHA-256 in `<path>.json`, both atomically.
+    The sidecar, naming the new params' SHA-256, is renamed into place before the params: a kill between
+    the two leaves them in their temporary, where read_sidecar finds them."""
     with contextlib.suppress(UserError):
         read_sidecar(path)  # finishes a killed save before its temporary is removed as stale
-    description = {**model_description(model.config, vocab), "model": asdict(model.config)}
 
     def write_sidecar(tmp: Path) -> None:
-        write_json_atomic(sidecar_path(path), {**description, "params_sha256": file_sha256(tmp), **extra})
+        write_json_atomic(sidecar_path(path), {**sidecar, "params_sha256": file_sha256(tmp)})
 
-    torch_save_atomic({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, write_sidecar)
+    torch_save_atomic(obj, path, write_sidecar)
 
 
 def read_sidecar(path: str | Path) -> dict | None:
     """The JSON sidecar of a params file, or None if it has none; first finishes a save a kill interrupted."""
     side = sidecar_path(path)
-    if not side.is_file():
+    if not os.path.isfile(side):
         return None
     try:
-        description = json.loads(side.read_text(encoding="utf-8"))
+        description = json.loads(check_input(side, "").read_text(encoding="utf-8"))
+        problem = "" if isinstance(description, dict) else "not a params sidecar (JSON, but expected an object)"
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{side}: unreadable sidecar ({e})") from None
+        problem = f"unreadable sidecar ({e})"
     except OSError as e:
-        raise UserError(f"{side}: the params' sidecar cannot be read ({e.strerror})") from None
-    if not isinstance(description, dict):
-        kinds = {list: "a list", str: "a string", bool: "true or false", type(None): "null"}
-        kind = kinds.get(type(description), "a number")
-        raise UserError(f"{side}: not a params sidecar (JSON {kind}, expected an object); delete or fix it")
+        problem = f"the params' sidecar cannot be read ({e.strerror})"
+    if problem:
+        raise UserError(f"{side}: {problem}; delete or fix it")
     finish_killed_save(Path(path), description.get("params_sha256"))
     return description
 
@@ -79,13 +77,45 @@ def finish_killed_save(path: Path, sha256: object) -> None:
             return
 
 
+def load_verified(path: str | Path, flag: str = "") -> tuple[object, dict, str]:
+    """(what torch.save wrote to `path`, its sidecar, its SHA-256), after checking the file against the
+    sidecar's SHA-256; params whose sidecar names none (from before hashes, or without a sidecar) cannot be
+    verified: warn_unverified says so once they are used."""
+    side = read_sidecar(path)  # first: it may finish a killed save
+    sha256 = file_sha256(check_input(path, flag))
+    if isinstance((side or {}).get("params_sha256"), str) and side["params_sha256"] != sha256:
+        raise UserError(f"{flag} {path}: damaged or replaced: its bytes do not match the SHA-256 its sidecar "
+                        f"{sidecar_path(path).name} records; train them again".lstrip())  # fmt: skip
+    return torch_load_safe(path, flag), side or {}, sha256
+
+
+def warn_unverified(path: str | Path, side: dict) -> None:
+    """One line on stderr when params loaded by load_verified had no SHA-256 to be checked against."""
+    if not isinstance(side.get("params_sha256"), str):
+        print(f"warning: {path}: no SHA-256 in a sidecar beside it, so its bytes cannot be verified", file=sys.stderr)
+
+
+def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
+    """What a params file must agree on to be loaded: stored beside it as JSON."""
+    sizes = ("variant", "bottleneck_dim", "block_size", "n_layer", "n_head", "n_embd", "vocab_size")
+    description = {key: getattr(config, key) for key in sizes} | {"vocab": "".join(vocab.itos)}
+    if config.variant != "perceiver":  # only the perceiver has a bottleneck
+        description["bottleneck_dim"] = None
+    return description
+
+
+def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
+    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
+    what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
+    description = {**model_description(model.config, vocab), "model": asdict(model.config), **extra}
+    save_with_sidecar({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, description)
+
+
 def stored_sizes(path: str | None, flag: str) -> dict:
     """The model sizes (n_layer, n_head, n_embd, bottleneck_dim) the sidecar of params file `path`
     records, so that a model is built as it was trained; empty without a path or sidecar."""
     side = read_sidecar(path) if path is not None else None
-    if side is None:
-        return {}
-    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if side.get(k) is not None}
+    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if (side or {}).get(k) is not None}
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs a whole number >= 1")
@@ -94,31 +124,24 @@ def stored_sizes(path: str | None, flag: str) -> dict:
 
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
     """Load `path` into `model` (a one-line error naming the mismatch for another model's); returns its SHA-256."""
-    p = Path(path)
-    have = read_sidecar(p) or {}  # first: it may finish a killed save
-    if not p.is_file():
-        raise UserError(f"{path}: params file not found")
-    want = model_description(model.config, vocab)
-    for key in want:
-        if key in have and have[key] != want[key]:
-            shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
-            raise UserError(f"{path}: params do not fit this model: {key} {shown} (from {sidecar_path(p).name})")
-    sha256 = file_sha256(p)
-    if have.get("params_sha256", sha256) != sha256:
-        raise UserError(f"{path}: its sidecar {sidecar_path(p).name} describes other params (a write of the two "
-                        "was interrupted?); train them again")  # fmt: skip
-    state = torch_load_safe(p)
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UserError(f"{path}: not a state_dict of tensors")
+    state, have, sha256 = load_verified(path)
+    want, problem = model_description(model.config, vocab), ""
+    for key in (k for k in want if k in have and have[k] != want[k]):
+        shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
+        problem = problem or f"params do not fit this model: {key} {shown} (from {sidecar_path(path).name})"
     expected = model.state_dict()
-    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
-    if missing or unexpected:
+    if not problem and not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        problem = "not a state_dict of tensors"
+    elif not problem and state.keys() != expected.keys():
         kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
-        raise UserError(f"{path}: params look like a {kind} model, this run builds a {want['variant']} one "
-                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")  # fmt: skip
-    for k, v in state.items():
-        if v.shape != expected[k].shape:
-            raise UserError(f"{path}: {k} has shape {tuple(v.shape)}, this model needs {tuple(expected[k].shape)} "
-                            "(another bottleneck_dim, vocabulary or model size?)")  # fmt: skip
+        missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+        problem = (f"params look like a {kind} model, this run builds a {want['variant']} one (missing "
+                   f"{missing[:3]}, unexpected {unexpected[:3]})")  # fmt: skip
+    for k in [] if problem else [k for k, v in state.items() if v.shape != expected[k].shape][:1]:
+        problem = (f"{k} has shape {tuple(state[k].shape)}, this model needs {tuple(expected[k].shape)} (another "
+                   "bottleneck_dim, vocabulary or model size?)")  # fmt: skip
+    if problem:
+        raise UserError(f"{path}: {problem}")
     model.load_state_dict(state)
+    warn_unverified(path, have)
     return sha256

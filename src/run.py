@@ -39,13 +39,14 @@ from pathlib import Path
 import torch
 
 import budget
+import machine
 import recite
 from answers import ask, evaluate
 from config import (
     BLOCK_SIZE,
     FUNCTIONS,
     PRESETS,
-    RESUME_MAY_CHANGE,
+    RESUME_MUST_MATCH,
     RunConfig,
     build_model,
     check_args,
@@ -59,14 +60,12 @@ from model import GPT
 from params import load_params, read_sidecar, save_params, sidecar_path
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
-    REPO_ROOT,
     ScalarWriter,
     UserError,
     check_free_space,
     check_output_file,
     file_sha256,
-    find_data_file,
-    pick_device,
+    locate_data,
     provenance,
     refuse_same_file,
     seed_everything,
@@ -78,38 +77,29 @@ from utils import (
 
 
 def data_files(args: RunConfig) -> dict[str, Path]:
-    """The data files a command names, by flag, where it reads them (a bare name missing here: in data/)."""
-
-    def located(name: str) -> Path:
-        path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
-        return candidate if not path.exists() and path.parent == Path(".") and candidate.is_file() else path
-
+    """The data files a command names, by flag, where it reads them (utils.locate_data)."""
     names = {"the pretraining corpus": args.pretrain_corpus_path, "--finetune_corpus_path": args.finetune_corpus_path,
              "--eval_corpus_path": args.eval_corpus_path}  # fmt: skip
-    return {flag: located(name) for flag, name in names.items() if name is not None}
+    return {flag: locate_data(name) for flag, name in names.items() if name is not None}
 
 
 def refuse_overwriting_inputs(args: RunConfig) -> None:
     """No output of a command, nor a file written beside one (its .json sidecar, a params' .ckpt), may be
-    one of its inputs (its data files, params with their sidecars) or another output."""
+    one of its inputs (its data files, params with their sidecars), another output or the TensorBoard
+    folder; the files written beside the outputs must be writable too (check_args checked the outputs)."""
     params = {"--reading_params_path": args.reading_params_path}
     params |= {f"--ensemble_params {p}": p for p in args.ensemble_params or []}
-    inputs = {
-        **data_files(args),
-        **params,
-        **{f"{flag}'s sidecar": sidecar_path(p) for flag, p in params.items() if p is not None},
-    }
-    written, outputs = (
-        args.writing_params_path,
-        {"--outputs_path": args.outputs_path, "--scores_path": args.scores_path},
-    )
-    if written is not None:
-        outputs |= {"--writing_params_path": written, "--writing_params_path's sidecar": sidecar_path(written)}
-        outputs["--writing_params_path's checkpoint"] = f"{written}.ckpt"
+    inputs = {**data_files(args), **params, **{f"{flag}'s sidecar": sidecar_path(p) for flag, p in params.items() if p}}
+    outputs = {"--outputs_path": args.outputs_path, "--scores_path": args.scores_path, "--tb_dir": args.tb_dir}
+    beside = {}
+    if args.writing_params_path is not None:
+        outputs["--writing_params_path"] = args.writing_params_path
+        beside |= {"--writing_params_path's sidecar": sidecar_path(args.writing_params_path),
+                   "--writing_params_path's checkpoint": f"{args.writing_params_path}.ckpt"}  # fmt: skip
     if args.outputs_path is not None:
-        outputs["--outputs_path's sidecar"] = sidecar_path(args.outputs_path)
-    refuse_same_file(outputs, inputs)
-    for flag, output in outputs.items():  # before any work, not after hours of training
+        beside["--outputs_path's sidecar"] = sidecar_path(args.outputs_path)
+    refuse_same_file(outputs | beside, inputs)
+    for flag, output in beside.items():  # before any work, not after hours of training
         check_output_file(output, flag)
 
 
@@ -118,22 +108,18 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
 
 
 def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path, data_sha256: dict[str, str]) -> dict:
-    """The checkpoint to resume, after checking that it was made with this config (but for RESUME_MAY_CHANGE)
-    on these data files (path -> SHA-256)."""
-    if not ckpt_path.is_file():
-        raise UserError(f"--resume: no checkpoint at {ckpt_path} (it is written next to --writing_params_path)")
-    ckpt = torch_load_safe(ckpt_path)
-    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("extra"), dict) or "config" not in ckpt["extra"]:
+    """The checkpoint to resume (its SHA-256 checked by torch_load_safe), after checking that it was made
+    with this config's RESUME_MUST_MATCH settings on these data files (path -> SHA-256)."""
+    ckpt = torch_load_safe(ckpt_path, "--resume: the checkpoint")
+    saved = ckpt.get("extra", {}).get("config") if isinstance(ckpt, dict) and "state" in ckpt else None
+    if not isinstance(saved, dict):
         raise UserError(f"{ckpt_path}: not a checkpoint written by this version of run.py")
-    saved, now = ckpt["extra"]["config"], asdict(config)
-    for key in now.keys() - RESUME_MAY_CHANGE:
-        if saved.get(key) != now[key]:
-            raise UserError(
-                f"--resume: {ckpt_path} was made with --{key} {saved.get(key)!r}, this command has {now[key]!r}"
-            )
-    for path, sha in data_sha256.items():
-        if ckpt["extra"].get("data_sha256", {}).get(path) != sha:
-            raise UserError(f"--resume: {ckpt_path} was made on another {path}: its contents have changed since")
+    changed = [f"with --{k} {saved.get(k)!r}, this command has {getattr(config, k)!r}" for k in RESUME_MUST_MATCH
+               if saved.get(k) != getattr(config, k)]  # fmt: skip
+    changed += [f"on another {path}: its contents have changed since" for path, sha in data_sha256.items()
+                if ckpt["extra"].get("data_sha256", {}).get(path) != sha]  # fmt: skip
+    if changed:
+        raise UserError(f"--resume: {ckpt_path} was made {changed[0]}")
     return ckpt
 
 
@@ -143,17 +129,17 @@ def train(
 ) -> dict:  # fmt: skip
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path.
     Returns the run's record (steps, epochs, seconds, final loss) as its sidecar holds it."""
-    if args.writing_params_path is None:
-        raise UserError(f"{args.function} needs --writing_params_path")
     parent = {}  # the params it starts from, checked even when resuming
     if args.reading_params_path is not None:
         parent["parent_sha256"] = load_params(model, corpus.vocab, args.reading_params_path)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())  # a checkpoint is under 3x this
-    check_free_space(args.writing_params_path, 7 * weights, "two checkpoints (one replacing the other), params")
+    ckpt_path = Path(f"{args.writing_params_path}.ckpt")
+    replaced = sum(os.path.getsize(p) for p in (ckpt_path, args.writing_params_path) if os.path.isfile(p))
+    check_free_space(ckpt_path, 7 * weights - replaced, "two checkpoints (one replacing the other), params")
+    chosen = machine.choose(device, args.fp32, args.micro_batch)
     dataset, extra = training_data(args, corpus, model, device)
-    cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length)
+    cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length, chosen)
     data = {str(path): file_sha256(path) for path in data_files(args).values()}
-    ckpt_path = Path(cfg.ckpt_path)
     ckpt = load_checkpoint_for_resume(args, ckpt_path, data) if args.resume else None
     if ckpt is None and ckpt_path.exists():
         print(
@@ -163,26 +149,27 @@ def train(
     announce(args, cfg, len(dataset), device, fit)
     saved_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos), "data_sha256": data}
     trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar, extra=saved_with)
-    pace = budget.attach(trainer, budget_seconds, fit)
+    pace = budget.attach(trainer, budget_seconds, fit, args.threads)
     if ckpt is not None:
         trainer.resume(ckpt)
-        print(f"resuming from {ckpt_path}: step {trainer.step}, epoch {trainer.epoch + 1}")
+        print(f"resuming from {ckpt_path}: step {trainer.state.step}, epoch {trainer.state.epoch + 1}")
     t0 = time.time()
     with stop_on_signals(trainer):
         trainer.train()
     seconds = time.time() - t0
-    made = {"command": command, "data_sha256": data, **parent, **provenance(device)}
+    made = {"command": command, "data_sha256": data, **parent, **provenance(device), "speed": chosen}
     done = run_record(trainer, pace)
     record = {"config": asdict(args), **made, **done, **extra}
     save_params(model, corpus.vocab, args.writing_params_path, record)
-    print(f"trained {trainer.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
+    print(f"trained {trainer.state.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
           end_of_run(trainer, ckpt_path))  # fmt: skip
     return done
 
 
 def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
     """Remove the checkpoint of a finished run; returns what the last line adds about a resumable one."""
-    if not trainer.stop and trainer.epoch < trainer.config.max_epochs and ckpt_path.is_file():  # --max_steps
+    s = trainer.state
+    if not s.stop and s.epoch < s.max_epochs and ckpt_path.is_file():  # --max_steps
         return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
     ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume
     return ""
@@ -202,15 +189,20 @@ def training_data(
         print(f"note: {start} is a recite reader: training starts from its weights and answers directly")
     if args.function == "pretrain":
         return corpus, {}
-    if args.finetune_corpus_path is None:
-        raise UserError("finetune needs --finetune_corpus_path")
-    path = find_data_file(args.finetune_corpus_path, "finetune corpus")
+    path = locate_data(args.finetune_corpus_path)
     if not args.recite:
         return NameDataset(corpus, path), {}
     most = args.max_steps * args.batch_size if args.max_steps else None
     dataset, recitations = recite.reader_dataset(corpus, model, path, args.recite_chars, device, most)
     link = recite.link_to_pretrained(args.writing_params_path, args.reading_params_path, args.recite_chars)
     return dataset, {**link, "recitations": recitations}
+
+
+def settings_line(args: RunConfig) -> str:
+    """The resolved settings a command uses, in one line: 'settings: variant vanilla, ...'."""
+    used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
+    shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
+    return "settings: " + ", ".join(shown)
 
 
 def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:
@@ -246,13 +238,14 @@ def stop_on_signals(trainer: Trainer) -> Iterator[None]:
 
 def run_record(trainer: Trainer, pace: budget.Pace) -> dict:
     """What the params sidecar records of the training run: how far it got and how long it took."""
+    s = trainer.state
     return {
-        "steps": trainer.step,
-        "epochs_done": round(trainer.epoch + trainer.batch_in_epoch / max(1, trainer.batches_per_epoch), 3),
-        "planned_epochs": trainer.config.max_epochs,  # a budget's plan may have changed the epochs asked for
-        "train_seconds": trainer.seconds,
-        "final_loss": trainer.losses[-1] if trainer.losses else None,
-        "final_lr": trainer.lr,
+        "steps": s.step,
+        "epochs_done": round(s.epoch + s.batch_in_epoch / max(1, s.batches_per_epoch), 3),
+        "planned_epochs": s.max_epochs,  # a budget's plan may have changed the epochs asked for
+        "train_seconds": s.seconds,
+        "final_loss": s.losses[-1] if s.losses else None,
+        "final_lr": s.lr,
         "replans": pace.replans,
         "thread_switches": pace.threads.switches if pace.threads else 0,
     }
@@ -294,13 +287,14 @@ def make_parser(command: str | None = None) -> Parser:
     p = Parser(prog=f"run.py {command}", description=COMMANDS_HELP.splitlines()[FUNCTIONS.index(command) + 1].strip())
     groups: dict = {}
     for f in dataclasses.fields(RunConfig):
-        options = dict(f.metadata)
-        group, commands = options.pop("group"), options.pop("commands")
-        if command not in commands:
+        if command not in f.metadata["commands"]:
             continue
+        options = {k: v for k, v in f.metadata.items() if k in ("type", "choices", "nargs", "action", "metavar")}
+        group = f.metadata["group"]
         g = groups.get(group) or groups.setdefault(group, p.add_argument_group(group))
-        options["help"] = f"{options['help']}{preset_defaults(f, command)}" if options["help"] else argparse.SUPPRESS
-        if options.pop("positional", False):
+        help = f.metadata["help"]
+        options["help"] = f"{help}{preset_defaults(f, command)}" if help else argparse.SUPPRESS
+        if f.metadata.get("positional"):
             g.add_argument(f.name, **options)
         else:
             g.add_argument(f"--{f.name}", **({"default": None} | options))
@@ -328,12 +322,17 @@ def preset_defaults(field: dataclasses.Field, command: str) -> str:
     return " (" + "; ".join(f"{preset}: {text}" for preset, text in said.items()) + ")"
 
 
-def command_config(argv: list[str]) -> RunConfig:
-    """The resolved settings of a command line (a usage mistake exits 2, a bad value is a UserError)."""
+def resolved_config(argv: list[str]) -> RunConfig:
+    """The resolved settings of a command line, unchecked (a usage mistake exits 2)."""
     if not argv or argv[0] not in FUNCTIONS:
         make_parser().parse_args(argv[:1])  # the overview's --help, or its one-line error
     typed = make_parser(argv[0]).parse_intermixed_args(argv[1:])  # intermixed: ask's question may follow flags
-    config = resolve({"function": argv[0], **vars(typed)})
+    return resolve({"function": argv[0], **vars(typed)})
+
+
+def command_config(argv: list[str]) -> RunConfig:
+    """The resolved settings of a command line, checked (a bad value is a UserError)."""
+    config = resolved_config(argv)
     check_args(config)
     return config
 
@@ -343,14 +342,16 @@ def run(args: RunConfig, command: str = "") -> None:
     `command` is the command line, as the params' sidecar records it."""
     refuse_overwriting_inputs(args)
     seed_everything(args.seed)
-    device = pick_device(args.device)
-    corpus_path = find_data_file(args.pretrain_corpus_path, "pretraining corpus")
-    corpus = CharCorruptionDataset(
-        read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path), max_offset=args.doc_offset
-    )
+    device = machine.pick_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    corpus_path = locate_data(args.pretrain_corpus_path)
+    corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path),
+                                   max_offset=args.doc_offset)  # fmt: skip
     model = build_model(args, corpus.vocab_size)
     if args.function == "ask":
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run
+    print(settings_line(args))
     with tensorboard_run(args) as (writer, found):
         if args.function == "evaluate":
             found |= evaluate(args, corpus, model, device, writer)
@@ -373,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         run(config, shlex.join(["python", "src/run.py", *argv]))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FloatingPointError as e:  # the trainer's: every later step would diverge too; nothing was saved
+        print(f"error: {e}: lower the learning rate", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:
         command = shlex.join(["python", "src/run.py", *argv])

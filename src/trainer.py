@@ -1,6 +1,7 @@
 """The training loop, in minGPT's shape: any model whose forward returns (logits, loss), any
 dataset that batches itself. Machine policy (a time budget's plan, the thread count) attaches
-as callbacks from budget.py. The handout's plain loop is in bench/course.py, for comparison."""
+as callbacks, from budget.py and machine.py, that read and steer the loop's TrainState. The
+handout's plain loop is in bench/course.py, for comparison."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,9 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from machine import autocast
 from optim import make_optimizer
-from utils import UserError, autocast, rng_states, set_rng_states, torch_save_atomic
+from utils import rng_states, set_rng_states, torch_save_atomic
 
 
 @dataclass
@@ -26,25 +28,47 @@ class TrainerConfig:
     """Optimisation settings; config.trainer_config fills them from a command's resolved settings.
     The defaults are the handout's loop where every caller agrees (decay 0.1, clip 1.0, warm-up)."""
 
-    max_epochs: int = 10
-    batch_size: int = 64
-    learning_rate: float = 6e-3
+    max_epochs: int
+    batch_size: int
+    learning_rate: float
     betas: tuple[float, float] = (0.9, 0.95)
     grad_norm_clip: float = 1.0
     weight_decay: float = 0.1
     optimizer: str = "adamw"  # or "muon" for the hidden layers' weight matrices (optim.make_optimizer)
     decay: str = "matmul"  # which weights decay: nn.Linear's, or the handout's "all_but_biases" (optim.py)
-    lr_decay: bool = True  # False: a constant rate (benchmarks)
     warmup_tokens: float = 512 * 20
-    final_tokens: float = 260e9
+    final_tokens: float = 260e9  # where the cosine ends (a time budget's plan may move it: TrainState)
     cosine_cap: bool = False  # False: the handout's uncapped cosine; True: stay at the floor after final_tokens
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
-    bf16: bool = True  # bf16 autocast where the hardware supports it (and Muon's iteration in bf16 there)
+    bf16: bool = False  # bf16 autocast (machine.precision decides; Muon's iteration in bf16 then)
     order: str = "bucketed"  # shuffled, grouped by length; "shuffled"; "file": the handout's fixed corpus order
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
     micro_batch: int = 0  # rows per length-grouped micro-batch of a step (0: the whole batch at once; see optimize)
+
+
+@dataclass
+class TrainState:
+    """Where a run stands: what the loop updates, callbacks read and checkpoints carry. A callback may
+    set `stop` (end the run after this step), and a time budget's plan moves `max_epochs` and
+    `final_tokens` (the cosine's end), which start as the config's."""
+
+    max_epochs: int
+    final_tokens: float
+    batches_per_epoch: int
+    lr: float
+    step: int = 0
+    epoch: int = 0  # epochs done
+    batch_in_epoch: int = 0  # batches of the current epoch done
+    tokens: int = 0  # counted as the handout does: every position of every example, PAD included
+    seconds: float = 0.0  # time spent training, summed over resumed runs
+    step_seconds: float = 0.0  # the latest step's time ...
+    step_positions: int = 0  # ... and positions computed
+    epoch_seconds: list[float] = field(default_factory=list)  # training time of each epoch run whole
+    losses: list[float] = field(default_factory=list)
+    whole_epoch: bool = False  # the epoch that just ended ran whole in this process
+    stop: bool = False
 
 
 def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
@@ -67,12 +91,12 @@ class Trainer:
     """Trains `model` on `train_dataset` with `config`; `train()` returns the loss of every step.
 
     The dataset batches itself: `epoch_batches(batch_size, rng, order)` yields (x, y) (B, T).
-    `log(name, value, step)` takes scalars (a TensorBoard writer's add_scalar). Callbacks run at
-    "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the run) and
-    "on_train_end"; one may set `stop` to end the run after the current step. `saved` (name ->
-    an object with state_dict and load_state_dict) and `extra` travel in the checkpoint, which
-    is written atomically to `config.ckpt_path` every `ckpt_every` steps and at the end:
-    `resume(ckpt)` continues so that an interrupted run ends as an uninterrupted one would.
+    `log(name, value, step)` takes scalars (a TensorBoard writer's add_scalar). Callbacks take the
+    TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the
+    run) and "on_train_end". `saved` (name -> an object with state_dict and load_state_dict) and
+    `extra` travel in the checkpoint, written atomically to `config.ckpt_path` every `ckpt_every`
+    steps and at the end: `resume(ckpt)` continues so that an interrupted run ends as an
+    uninterrupted one would. A non-finite loss raises FloatingPointError before anything is saved.
     """
 
     def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
@@ -82,30 +106,64 @@ class Trainer:
         self.log = log or (lambda name, value, step: None)
         self.extra = extra or {}  # saved in checkpoints (e.g. the resolved settings and vocabulary)
         self.optimizer = make_optimizer(model, config)
-        self.callbacks: dict[str, list[Callable[[Trainer], None]]] = defaultdict(list)
+        self.callbacks: dict[str, list[Callable[[TrainState], None]]] = defaultdict(list)
         self.saved: dict[str, Any] = {}
-        self.tokens = 0  # counted as the handout does: every position of every example, PAD included
-        self.step = self.epoch = self.batch_in_epoch = 0  # batch_in_epoch: batches of `epoch` already trained
-        self.losses: list[float] = []
-        self.lr = config.learning_rate
-        self.seconds = 0.0  # time spent training, summed over resumed runs
-        self.step_seconds, self.step_positions = 0.0, 0  # the latest step's time and positions computed
-        self.epoch_seconds: list[float] = []  # training time of each epoch run whole
+        batches = math.ceil(len(train_dataset) / config.batch_size)
+        self.state = TrainState(config.max_epochs, config.final_tokens, batches, config.learning_rate)
         self.clock = time.monotonic  # tests replace it
-        self.stop = False  # set by a callback: end the run after this step
         self.stop_requested = False  # set by a signal handler: checkpoint, then raise TrainingInterrupted
 
-    def add_callback(self, event: str, callback: Callable[[Trainer], None]) -> None:
-        """Run callback(trainer) at `event`: on_batch_end, on_epoch_end or on_train_end."""
+    def add_callback(self, event: str, callback: Callable[[TrainState], None]) -> None:
+        """Run callback(state) at `event`: on_batch_end, on_epoch_end or on_train_end."""
         self.callbacks[event].append(callback)
 
     def trigger_callbacks(self, event: str) -> None:
         for callback in self.callbacks[event]:
-            callback(self)
+            callback(self.state)
 
-    @property
-    def batches_per_epoch(self) -> int:
-        return math.ceil(len(self.train_dataset) / self.config.batch_size)
+    def train(self) -> list[float]:
+        """Run the epochs (to max_steps, or until a callback stops it); returns every step's loss.
+        Raises TrainingInterrupted, after writing a checkpoint, once stop_requested is set."""
+        s, max_steps = self.state, self.config.max_steps or math.inf
+        self.model.train()
+        tick = self.clock()
+        try:
+            while s.epoch < s.max_epochs and not self.finished():
+                started, whole = s.seconds, s.batch_in_epoch == 0
+                n = s.batches_per_epoch
+                desc = f"epoch {s.epoch + 1}/{s.max_epochs}" if max_steps >= n else f"{max_steps} steps"
+                batches = self.batches(s.epoch, skip=s.batch_in_epoch)
+                bar = tqdm(batches, total=min(n, s.batch_in_epoch + max_steps - s.step), initial=s.batch_in_epoch,
+                           desc=desc, leave=False)  # fmt: skip
+                for x, y in bar:
+                    loss = self.optimize(x, y)
+                    now = self.clock()
+                    s.step, s.batch_in_epoch, s.step_seconds, tick = s.step + 1, s.batch_in_epoch + 1, now - tick, now
+                    s.seconds += s.step_seconds
+                    s.lr = self.schedule(x.size(0) * (getattr(self.train_dataset, "example_length", 0) or y.size(1)))
+                    s.losses.append(loss.item())
+                    if not math.isfinite(s.losses[-1]):  # every later step would be NaN too: stop before saving any
+                        raise FloatingPointError(f"the loss became {s.losses[-1]} at step {s.step}")
+                    for name, value in (("loss", s.losses[-1]), ("lr", s.lr), ("tokens_seen", s.tokens)):
+                        self.log(f"train/{name}", value, s.step)
+                    bar.set_postfix(loss=f"{s.losses[-1]:.4f}", lr=f"{s.lr:.2e}")
+                    self.trigger_callbacks("on_batch_end")
+                    self.checkpoint_if_due()
+                    if self.finished() and s.batch_in_epoch < n:
+                        break  # stopped inside the epoch; one finished by its last step counts whole
+                else:
+                    s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                s.whole_epoch = whole and s.batch_in_epoch == 0
+                if s.whole_epoch:
+                    s.epoch_seconds.append(s.seconds - started)
+                if s.losses:
+                    tqdm.write(f"{desc}: loss {s.losses[-1]:.4f}, {s.seconds - started:.1f} s")
+                    self.log("train/epoch_seconds", s.seconds - started, s.epoch)
+                self.trigger_callbacks("on_epoch_end")
+        finally:
+            self.trigger_callbacks("on_train_end")
+        self.save_checkpoint()
+        return s.losses
 
     def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         """The batches of `epoch`, after the first `skip`; the same on every run."""
@@ -113,100 +171,21 @@ class Trainer:
         rng = np.random.default_rng([cfg.seed, epoch])
         return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
 
-    def checkpoint(self) -> dict:
-        """Everything needed to continue this run exactly (tensors and plain types only)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            **{k: getattr(self, k) for k in ("step", "epoch", "batch_in_epoch", "tokens", "seconds", "losses")},
-            "epoch_seconds": self.epoch_seconds,
-            "rng": rng_states(),
-            "saved": {name: part.state_dict() for name, part in self.saved.items()},
-            "extra": self.extra,
-        }
-
-    def save_checkpoint(self) -> None:
-        """Write the checkpoint atomically."""
-        if self.config.ckpt_path is not None:
-            t0 = time.time()
-            torch_save_atomic(self.checkpoint(), self.config.ckpt_path)
-            self.log("train/checkpoint_seconds", time.time() - t0, self.step)
-
-    def resume(self, ckpt: dict) -> None:
-        """Continue from a checkpoint dict (see `checkpoint`), e.g. from utils.torch_load_safe."""
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        for key in ("step", "epoch", "batch_in_epoch", "tokens", "seconds"):
-            setattr(self, key, ckpt[key])
-        self.losses, self.epoch_seconds = list(ckpt["losses"]), list(ckpt["epoch_seconds"])
-        for name, part in self.saved.items():
-            if name in ckpt["saved"]:
-                part.load_state_dict(ckpt["saved"][name])
-        set_rng_states(ckpt["rng"])
-
-    def train(self) -> list[float]:
-        """Run the epochs (to max_steps, or until a callback stops it); returns every step's loss.
-        Raises TrainingInterrupted, after writing a checkpoint, once stop_requested is set."""
-        self.model.train()
-        self.last_tick = self.clock()
-        try:
-            while self.epoch < self.config.max_epochs and not self.finished():
-                self.train_epoch()
-                self.trigger_callbacks("on_epoch_end")
-        finally:
-            self.trigger_callbacks("on_train_end")
-        self.save_checkpoint()
-        return self.losses
-
-    def train_epoch(self) -> None:
-        """Train the current epoch from batch `batch_in_epoch` to its end, or until finished()."""
-        n_batches, max_steps = self.batches_per_epoch, self.config.max_steps or math.inf
-        seconds_at_start, whole = self.seconds, self.batch_in_epoch == 0
-        desc = f"epoch {self.epoch + 1}/{self.config.max_epochs}" if max_steps >= n_batches else f"{max_steps} steps"
-        ends_at = min(n_batches, self.batch_in_epoch + max_steps - self.step)
-        batches = self.batches(self.epoch, skip=self.batch_in_epoch)
-        bar = tqdm(batches, total=ends_at, initial=self.batch_in_epoch, desc=desc, leave=False)
-        for x, y in bar:
-            loss = self.optimize(x, y)
-            self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + 1
-            now = self.clock()
-            self.step_seconds, self.last_tick = now - self.last_tick, now
-            self.seconds += self.step_seconds
-            length = getattr(self.train_dataset, "example_length", None) or y.size(1)
-            self.lr = self.schedule(x.size(0) * length)
-            self.losses.append(loss.item())
-            if not math.isfinite(self.losses[-1]):  # every later step would be NaN too: stop before saving any
-                raise UserError(f"the loss became {self.losses[-1]} at step {self.step}: lower the learning rate")
-            for name, value in (("loss", self.losses[-1]), ("lr", self.lr), ("tokens_seen", self.tokens)):
-                self.log(f"train/{name}", value, self.step)
-            bar.set_postfix(loss=f"{self.losses[-1]:.4f}", lr=f"{self.lr:.2e}")
-            self.trigger_callbacks("on_batch_end")
-            self.checkpoint_if_due()
-            if self.finished() and self.batch_in_epoch < n_batches:
-                break  # stopped inside the epoch; one finished by its last step counts whole
-        else:
-            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-            if whole:
-                self.epoch_seconds.append(self.seconds - seconds_at_start)
-        self.ran_whole_epoch = whole and self.batch_in_epoch == 0
-        if self.losses:
-            tqdm.write(f"{desc}: loss {self.losses[-1]:.4f}, {self.seconds - seconds_at_start:.1f} s")
-            self.log("train/epoch_seconds", self.seconds - seconds_at_start, self.epoch)
-
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One optimizer step on the batch x, y (B, T); returns its loss. The gradient is summed over the
         micro-batches, each weighted by its share of the batch's targets: the whole batch's step."""
         x, y = x.to(self.device), y.to(self.device)
         self.model.zero_grad(set_to_none=True)
-        loss, self.step_positions = torch.zeros((), device=self.device), 0
+        losses, self.state.step_positions = [], 0
         for xs, ys, share in self.micro_batches(x, y):
             with autocast(self.device, self.config.bf16):
                 _, part = self.model(xs, ys)
             (part * share).backward()
-            loss, self.step_positions = loss + part.detach() * share, self.step_positions + xs.numel()
+            losses.append(part.detach() * share)
+            self.state.step_positions += xs.numel()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
         self.optimizer.step()
-        return loss
+        return torch.stack(losses).sum()
 
     def micro_batches(self, x: torch.Tensor, y: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor, Any]]:
         """(x, y, share of the targets) parts of a batch x, y (B, T): all of it, or with config.micro_batch its
@@ -227,24 +206,50 @@ class Trainer:
 
     def schedule(self, tokens: int) -> float:
         """Count the step's `tokens` and set the learning rate they lead to; returns it."""
-        cfg = self.config
-        if not cfg.lr_decay:
-            return cfg.learning_rate
+        cfg, s = self.config, self.state
         # As in the handout, the rate is updated after the step from the tokens seen so far.
-        self.tokens += tokens
-        lr = cfg.learning_rate * lr_multiplier(self.tokens, cfg.warmup_tokens, cfg.final_tokens, cfg.cosine_cap)
+        s.tokens += tokens
+        lr = cfg.learning_rate * lr_multiplier(s.tokens, cfg.warmup_tokens, s.final_tokens, cfg.cosine_cap)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
+
+    def finished(self) -> bool:
+        """True once a callback has stopped the run or max_steps steps are done."""
+        return self.state.stop or (self.config.max_steps is not None and self.state.step >= self.config.max_steps)
+
+    def checkpoint(self) -> dict:
+        """Everything needed to continue this run exactly (tensors and plain types only)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "state": asdict(self.state),
+            "rng": rng_states(),
+            "saved": {name: part.state_dict() for name, part in self.saved.items()},
+            "extra": self.extra,
+        }
+
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint atomically."""
+        if self.config.ckpt_path is not None:
+            t0 = time.time()
+            torch_save_atomic(self.checkpoint(), self.config.ckpt_path, sealed=True)
+            self.log("train/checkpoint_seconds", time.time() - t0, self.state.step)
 
     def checkpoint_if_due(self) -> None:
         """Write a checkpoint every ckpt_every steps; after a stop request, write one and raise TrainingInterrupted."""
         if self.stop_requested:
             self.save_checkpoint()
             raise TrainingInterrupted(self.config.ckpt_path)
-        if self.config.ckpt_every and self.step % self.config.ckpt_every == 0:
+        if self.config.ckpt_every and self.state.step % self.config.ckpt_every == 0:
             self.save_checkpoint()
 
-    def finished(self) -> bool:
-        """True once a callback has stopped the run or max_steps steps are done."""
-        return self.stop or (self.config.max_steps is not None and self.step >= self.config.max_steps)
+    def resume(self, ckpt: dict) -> None:
+        """Continue from a checkpoint dict (see `checkpoint`), e.g. from utils.torch_load_safe."""
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
+        for name, part in self.saved.items():
+            if name in ckpt["saved"]:
+                part.load_state_dict(ckpt["saved"][name])
+        set_rng_states(ckpt["rng"])

@@ -7,7 +7,9 @@ import contextlib
 import errno
 import glob
 import hashlib
+import io
 import json
+import math
 import os
 import pickle
 import platform
@@ -20,8 +22,9 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import field, fields
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -32,32 +35,32 @@ class UserError(Exception):
 
 
 # ---------------------------------------------------------------------------
-# Device and precision, decided once
+# Settings: a dataclass field per flag, with its rule beside it
 
 
-def pick_device(name: str = "auto") -> torch.device:
-    """'auto' -> cuda if available, else cpu; 'cuda' without a GPU is a UserError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but no CUDA GPU is available")
-    return torch.device(name)
+def setting(default: Any, help: str | None, **rule_and_options: Any) -> Any:
+    """A dataclass field that is a command-line setting: its default, its --help text and, in its metadata,
+    its rule (at_least, above, at_most: a number's range; setting_problems applies it) and whatever else
+    the command's parser reads (type, choices, ...)."""
+    return field(default=default, metadata={"help": help, **rule_and_options})
 
 
-def bf16_supported(device: torch.device) -> bool:
-    """True where bf16 matmuls are native: recent CUDA GPUs, CPUs with AVX512-BF16/AMX."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return False
-
-
-def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
-    """bf16 autocast (fp32 master weights) when enabled and supported, else a no-op."""
-    if enabled and bf16_supported(device):
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def setting_problems(settings: object) -> Iterator[str]:
+    """'--name must be ..., got value' for each number of dataclass `settings` outside its field's rule."""
+    for f in fields(settings):
+        value, rule = getattr(settings, f.name), {k: f.metadata.get(k) for k in ("at_least", "above", "at_most")}
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not any(v is not None for v in rule.values())
+        ):
+            continue
+        low, above, high = rule.values()
+        if not (math.isfinite(value) and (low is None or value >= low) and (above is None or value > above)
+                and (high is None or value <= high)):  # fmt: skip
+            words = "a positive number" if above == 0 else f"above {above}" if above is not None else ""
+            words = words or (f"between {low} and {high}" if high is not None else f"at least {low}")
+            yield f"--{f.name} must be {words}, got {value}"
 
 
 def seed_everything(seed: int) -> None:
@@ -99,54 +102,107 @@ def _file_kind(mode: int) -> str:
         return "a device"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    return "a socket" if stat.S_ISSOCK(mode) else "a file" if stat.S_ISREG(mode) else "not a regular file"
 
 
-def write_target(path: str | Path) -> Path:
+def _why(e: OSError) -> str:
+    """An OSError's cause in the words of a one-line error."""
+    return {errno.ENOENT: "not found", errno.ENAMETOOLONG: "a name too long for the file system",
+            errno.ELOOP: "a symlink loop", errno.ENOTDIR: "a path through something that is not a folder",
+            errno.EACCES: "permission denied"}.get(e.errno, e.strerror or str(e))  # fmt: skip
+
+
+def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
+    """`path`, if it is a regular file (or a symlink to one) this process can read; else a one-line UserError
+    naming `flag` and the cause, then `hint`: not found, a name too long, a loop, a folder, a FIFO or a
+    device (a FIFO without a writer would block the read forever), or no permission to read."""
+    try:
+        mode = os.stat(path).st_mode
+        cause = "" if stat.S_ISREG(mode) else f"is {_file_kind(mode)}, not a regular file"
+        cause = cause or ("" if os.access(path, os.R_OK) else "cannot be read (permission denied)")
+    except OSError as e:
+        cause = _why(e)
+    except ValueError:  # a NUL character
+        cause = "not a file name"
+    if cause:
+        raise UserError(f"{flag} {path}: {cause}{hint}".lstrip())
+    return Path(path)
+
+
+def write_target(path: str | Path, flag: str = "") -> Path:
     """The file a write to `path` replaces: `path`, or through a symlink the file it points to.
 
-    A UserError when that exists and is not a regular file (a folder, a device such
-    as /dev/null, a FIFO): renaming onto it would replace it with a plain file.
+    A UserError naming `flag` when that exists and is not a regular file (a folder, a device such
+    as /dev/null, a FIFO: renaming onto it would replace it with a plain file), or cannot be named.
     """
     path = Path(path)
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
-        mode = target.stat().st_mode
-    except FileNotFoundError:
-        if target.is_symlink():  # realpath stops at a link it cannot follow: a loop
-            raise UserError(f"{path}: a symlink that cannot be followed; give a file name") from None
-        return target
+        mode = os.stat(target).st_mode
+        cause = "" if stat.S_ISREG(mode) else f"is {_file_kind(mode)}, not a regular file; give a file name"
+    except FileNotFoundError:  # realpath stops at a link it cannot follow
+        cause = "a symlink that cannot be followed; give a file name" if os.path.islink(target) else ""
     except OSError as e:
-        raise UserError(f"{path}: cannot be inspected ({e.strerror})") from None
-    if not stat.S_ISREG(mode):
-        raise UserError(f"{path}: is {_file_kind(mode)}, not a regular file; give a file name")
+        cause = _why(e)
+    if cause:
+        raise UserError(f"{flag} {path}: {cause}".lstrip())
     return target
 
 
 def check_output_file(path: str | Path | None, flag: str) -> None:
-    """Fail before any work, not after hours of training, if an output cannot be written at `path`.
-
-    A one-line UserError naming `flag` for a folder, anything else that is not a
-    regular file (or a symlink to one), a missing folder or one without write permission.
-    """
+    """Fail before any work, not after hours of training, if an output cannot be written at `path`: a
+    one-line UserError naming `flag` for anything write_target refuses, a missing folder or one without
+    write permission, or a name without room for the .ckpt or .json written beside it."""
     if path is None:
         return
-    if Path(path).is_dir():
-        raise UserError(f"{flag} {path}: is a folder; give a file name")
+    parent = write_target(path, flag).resolve().parent
+    name = len(os.fsencode(Path(path).name))
+    cause = "" if os.path.isdir(parent) else f"folder {parent} does not exist"
+    if not cause and not os.access(parent, os.W_OK | os.X_OK):
+        cause = f"folder {parent} is not writable (permission denied)"
+    if not cause and name > _name_max(parent) - len(".ckpt"):
+        cause = (
+            f"the name is {name} bytes; at most {_name_max(parent) - len('.ckpt')} fit (room for the .ckpt beside it)"
+        )
+    if cause:
+        raise UserError(f"{flag} {path}: {cause}")
+
+
+def check_output_dir(path: str | Path, flag: str) -> None:
+    """A one-line UserError naming `flag` unless `path` is a folder this process can write in, or one it can
+    make: the nearest part that exists is a writable folder, and every name fits the file system."""
+    folder, cause = Path(path), ""
     try:
-        target = write_target(path)
-    except UserError as e:
-        raise UserError(f"{flag} {e}") from None
-    parent = target.resolve().parent
-    if not parent.is_dir():
-        raise UserError(f"{flag} {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {path}: folder {parent} is not writable (permission denied)")
-    longest = _name_max(parent) - len(".ckpt")  # room for the files written beside it
-    if len(os.fsencode(target.name)) > longest:
-        raise UserError(f"{flag} {path}: the name is {len(os.fsencode(target.name))} bytes; at most {longest} fit")
+        while not os.path.lexists(folder) and folder != folder.parent:  # the part that exists; the rest is made
+            folder = folder.parent
+        mode = os.stat(folder).st_mode
+        cause = "" if stat.S_ISDIR(mode) else f"{folder} is not a folder ({_file_kind(mode)}); give a folder name"
+        if not cause and not os.access(folder, os.W_OK | os.X_OK):
+            cause = f"folder {folder} is not writable (permission denied)"
+        if not cause and any(len(os.fsencode(part)) > _name_max(folder) for part in Path(path).parts):
+            cause = "a name too long for the file system"
+    except OSError as e:
+        cause = _why(e)
+    if cause:
+        raise UserError(f"{flag} {path}: {cause}")
+
+
+def folders_to_make(folder: str | Path) -> list[Path]:
+    """The folders that making `folder` creates, innermost first: those that do not exist yet (a failed run
+    removes these and nothing else)."""
+    missing, folder = [], Path(folder)
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def physical_memory() -> float:
+    """This machine's memory in bytes (inf where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return math.inf
 
 
 def check_free_space(path: str | Path, needed: int, what: str) -> None:
@@ -200,31 +256,21 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     target = write_target(path)
     parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserError(f"{path}: folder {parent} does not exist")
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
     for stale in stale_temporaries(target):
         stale.unlink(missing_ok=True)
-    while True:
-        tmp = parent / f"{_temporary_stem(target)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        try:  # 0o666: the kernel applies the umask, as for any new file (mkstemp would make it 0600)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
-        except PermissionError:
-            raise UserError(f"{path}: cannot write in folder {parent} (permission denied)") from None
-        except OSError as e:
-            raise UserError(f"{path}: cannot be written ({e.strerror})") from None
-    os.close(fd)
+    tmp = parent / f"{_temporary_stem(target)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
+        # 0o666: the kernel applies the umask, as for any new file (mkstemp would make it 0600)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         if old_mode is not None:
             os.chmod(tmp, old_mode)
         yield tmp
         _fsync(tmp)  # on disk before it is renamed into place: a crash leaves the old file or the new one
         os.replace(tmp, target)
-    except OSError as e:  # a full disk, a quota: the old file stays
-        raise UserError(f"{path}: cannot be written ({e.strerror}); the previous file, if any, is intact") from None
+    except OSError as e:  # no folder, no permission, a full disk, a quota: the old file stays
+        cause = _why(e) if os.path.isdir(parent) else f"folder {parent} does not exist"
+        raise UserError(f"{path}: cannot be written ({cause}); the previous file, if any, is intact") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -246,9 +292,17 @@ def write_json_atomic(path: str | Path, obj: object) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
 
 
-def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None) -> None:
+def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None,
+                      sealed: bool = False) -> None:  # fmt: skip
     """torch.save `obj` to `path` atomically (see atomic_path); once the temporary is written and on disk,
-    `before_rename(temporary)` runs just before the rename (save_params writes the params' sidecar there)."""
+    `before_rename(temporary)` runs just before the rename (save_params writes the params' sidecar there).
+    `sealed` saves it with the SHA-256 of its bytes, which torch_load_safe checks (checkpoints)."""
+    if sealed:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        payload = buffer.getvalue()
+        obj = {"sealed": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+               "sha256": hashlib.sha256(payload).hexdigest()}  # fmt: skip
     with atomic_path(path) as tmp:
         try:
             torch.save(obj, tmp)
@@ -289,23 +343,26 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def torch_load_safe(path: str | Path) -> object:
-    """torch.load with weights_only=True: tensors and plain containers only, never code."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: file not found")
+def torch_load_safe(path: str | Path, flag: str = "") -> object:
+    """torch.load with weights_only=True: tensors and plain containers only, never code. A file that
+    torch_save_atomic sealed is checked against its SHA-256 and unsealed."""
+    check_input(path, flag)
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickles; the error below says it once
             warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except PermissionError:
-        raise UserError(f"{path}: cannot be read (permission denied)") from None
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+            if not (isinstance(obj, dict) and obj.keys() == {"sealed", "sha256"}):
+                return obj
+            payload = obj["sealed"].numpy().tobytes()
+            if hashlib.sha256(payload).hexdigest() == obj["sha256"]:
+                return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+            why = "damaged: its bytes do not match the SHA-256 it was written with"
     except pickle.UnpicklingError as e:
-        if "weights only" in str(e).lower():
-            raise UserError(f"{path}: refused: it holds objects other than tensors, which could run code") from None
-        raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
+        why = "refused: it holds objects other than tensors, which could run code"
+        why = why if "weights only" in str(e).lower() else "not a file written by torch.save, or a damaged one"
     except Exception:  # noqa: BLE001 - any other failure here is a bad file, not a bug
-        raise UserError(f"{path}: not a params file written by torch.save, or a damaged one") from None
+        why = "not a file written by torch.save, or a damaged one"
+    raise UserError(f"{flag} {path}: {why}".lstrip())
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -351,23 +408,25 @@ def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
     return fields
 
 
-def find_data_file(name: str | None, what: str) -> Path | None:
-    """`name` as given if it exists; a bare name missing here is looked up in data/ (and we say so)."""
-    if name is None:
-        return None
-    path = Path(name)
-    if path.exists():
-        if path.is_dir():
-            raise UserError(f"{name}: {what} is a folder, expected a file")
-        if not path.is_file():  # a FIFO without a writer would block the read forever
-            raise UserError(f"{name}: {what} is not a regular file (a FIFO, device or socket); give a file")
-        return path
-    candidate = REPO_ROOT / "data" / path.name
-    if path.parent == Path(".") and candidate.is_file():
-        print(f"{what}: {name} is not in the current folder; using {candidate}")
-        return candidate
-    hint = " (run the data step: python data/get_data.py)" if path.parent == Path(".") else ""
-    raise UserError(f"{name}: {what} not found{hint}")
+def locate_data(name: str | Path) -> Path:
+    """Where a data file named `name` is read: `name` as given, or a bare name missing here in data/."""
+    path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
+    missing = not os.path.lexists(path) and path.parent == Path(".")
+    return candidate if missing and os.path.isfile(candidate) else path
+
+
+def find_data_file(name: str | Path, flag: str) -> Path:
+    """locate_data's file, checked as an input (check_input), saying so when it is data/'s."""
+    path = locate_data(name)
+    if path != Path(name):
+        print(f"{flag}: {name} is not in the current folder; using {path}")
+    missing = Path(name).parent == Path(".") and not os.path.lexists(path)
+    return check_input(path, flag, " (run the data step: python data/get_data.py)" if missing else "")
+
+
+def plural(n: int, word: str) -> str:
+    """'1 epoch', '2 epochs'."""
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 class ScalarWriter(Protocol):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
 sys.path.insert(0, str(REPO_ROOT))
+# The machine's measured choices (src/machine.py) are cached outside the user's own cache folder: the tests
+# and the commands they start measure this machine once and share the verdict.
+os.environ["XDG_CACHE_HOME"] = str(Path(tempfile.gettempdir()) / f"birthplace-gpt-tests-{os.getuid()}")
 
 DATA_DIR = REPO_ROOT / "data"
 

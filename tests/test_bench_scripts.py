@@ -92,7 +92,7 @@ def test_a_reader_trained_before_its_sidecar_recorded_its_recitations_has_no_cou
 
 def params_sidecar(argv: list[str], **results) -> dict:
     """A params sidecar's config and run record, as run.py writes them for the command `argv`."""
-    return {"config": asdict(run.command_config(argv)), **results}
+    return {"config": asdict(run.resolved_config(argv)), **results}
 
 
 def test_gpu_check_records_the_pretrainings_order_and_decay_from_its_sidecar(tmp_path):
@@ -145,7 +145,7 @@ def test_the_tensorboard_prefix_names_the_folders_run_py_writes():
     argv = ["pretrain", "rope", "wiki.txt", "--seed", "3", "--tb_expt_name", "budget_alone"]
     prefix = tensorboard_prefix(argv)
     assert prefix == "budget_alone_rope_pretrain_seed3"
-    assert logs.run_folder(run.command_config(argv)).name.startswith(f"{prefix}_")
+    assert logs.run_folder(run.resolved_config(argv)).name.startswith(f"{prefix}_")
 
 
 # ---------------------------------------------------------------------------

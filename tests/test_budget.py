@@ -1,11 +1,10 @@
-"""Specification of the machine policy that attaches to the loop (budget.py): the early estimate,
+"""Specification of the policy that attaches to the loop (budget.py, machine.py): the early estimate,
 the time budget's cut-off and plan, and the thread choice."""
 
 from __future__ import annotations
 
 import itertools
 import random
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,9 +13,9 @@ from test_trainer import tiny_people_dataset
 import budget
 import run
 import utils
-from budget import TRY_EVERY, TRY_EVERY_MAX, ThreadChooser
+from machine import TRY_EVERY, TRY_EVERY_MAX, ThreadChooser
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, lr_multiplier
+from trainer import Trainer, TrainerConfig, TrainState, lr_multiplier
 from utils import torch_load_safe
 
 
@@ -34,15 +33,18 @@ def budget_trainer(
     )  # fmt: skip
     trainer = Trainer(model, ds, cfg, torch.device("cpu"))
     trainer.clock = itertools.count(0, seconds_per_step).__next__
-    budget.Pace(budget_seconds, fit).attach(trainer)
+    budget.attach(trainer, budget_seconds, fit, threads=1)  # a fixed thread count: no thread choice
     return trainer
 
 
 def test_budget_stops_training_once_the_time_is_spent():
     trainer = budget_trainer(budget_seconds=45)
     trainer.train()
-    assert trainer.step == 5 and trainer.seconds == 50
-    assert (trainer.epoch, trainer.batch_in_epoch) == (1, 0)  # 5 batches of 8: the first of three epochs, whole
+    assert trainer.state.step == 5 and trainer.state.seconds == 50
+    assert (trainer.state.epoch, trainer.state.batch_in_epoch) == (
+        1,
+        0,
+    )  # 5 batches of 8: the first of three epochs, whole
 
 
 def test_budget_cuts_the_planned_schedule_off_instead_of_compressing_it():
@@ -82,7 +84,7 @@ def test_resume_carries_the_time_already_spent():
     second = budget_trainer(budget_seconds=45)
     second.resume(first.checkpoint())
     second.train()
-    assert second.step == 5 and second.seconds == 50
+    assert second.state.step == 5 and second.state.seconds == 50
 
 
 def recorded_lrs(trainer: Trainer) -> list[float]:
@@ -95,9 +97,9 @@ def recorded_lrs(trainer: Trainer) -> list[float]:
 def test_budget_fit_plans_as_many_steps_as_97_percent_of_the_budget_holds_ending_inside_an_epoch():
     trainer = budget_trainer(budget_seconds=450, fit=True, max_epochs=10)  # 10 s per step: 436.5 s hold 43
     trainer.train()
-    assert trainer.step == 43 and trainer.seconds == 430  # 8 epochs of 5 steps and 3 steps of the 9th
-    assert trainer.config.max_epochs == 9 and (trainer.epoch, trainer.batch_in_epoch) == (8, 3)
-    assert trainer.config.final_tokens == 43 * 8 * 31  # the cosine spans the 43 steps of 8 x 31 positions
+    assert trainer.state.step == 43 and trainer.state.seconds == 430  # 8 epochs of 5 steps and 3 steps of the 9th
+    assert trainer.state.max_epochs == 9 and (trainer.state.epoch, trainer.state.batch_in_epoch) == (8, 3)
+    assert trainer.state.final_tokens == 43 * 8 * 31  # the cosine spans the 43 steps of 8 x 31 positions
 
 
 def test_budget_fit_follows_the_plan_for_one_epoch_then_ends_its_longer_cosine_at_the_floor():
@@ -115,7 +117,7 @@ def test_budget_fit_plans_fewer_epochs_when_the_budget_holds_fewer_and_still_end
     trainer = budget_trainer(budget_seconds=120, fit=True)  # 116.4 s hold 11 steps of 10 s
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.step == 11 and trainer.seconds == 110 and trainer.config.max_epochs == 3
+    assert trainer.state.step == 11 and trainer.state.seconds == 110 and trainer.state.max_epochs == 3
     assert lrs[-1] == pytest.approx(1e-3)
 
 
@@ -128,8 +130,8 @@ def test_budget_fit_says_what_it_planned_after_the_first_epoch(capsys):
 def test_budget_fit_never_plans_more_epochs_than_asked_for(capsys):
     trainer = budget_trainer(budget_seconds=450, fit=True, max_epochs=5)  # the budget holds 8
     trainer.train()
-    assert trainer.config.max_epochs == 5 and trainer.epoch == 5
-    assert trainer.config.final_tokens == 5 * 40 * 31  # the cosine still ends with the run
+    assert trainer.state.max_epochs == 5 and trainer.state.epoch == 5
+    assert trainer.state.final_tokens == 5 * 40 * 31  # the cosine still ends with the run
     assert "holds 8.6 epochs: training 5.0 (the most asked for)" in capsys.readouterr().out
 
 
@@ -144,7 +146,7 @@ def test_a_resumed_budget_fit_run_keeps_its_plan_and_ends_like_an_uninterrupted_
     second = trainer()
     second.resume(torch_load_safe(ckpt))
     second.train()
-    assert second.config.max_epochs == 9 and second.losses == uninterrupted
+    assert second.state.max_epochs == 9 and second.state.losses == uninterrupted
 
 
 def paced_clock(seconds_per_step: list[float]):
@@ -158,8 +160,8 @@ def test_budget_fit_replans_when_other_work_slows_the_machine_and_still_ends_ann
     trainer.clock = paced_clock([10.0] * 5 + [20.0] * 15 + [10.0] * 5)  # epochs 2-4 run at half speed
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.step == 24  # planned 43 steps after epoch 1, 29 and 24 once slowed
-    assert trainer.seconds == 390 <= 450 * 0.97 and lrs[-1] == pytest.approx(1e-3)
+    assert trainer.state.step == 24  # planned 43 steps after epoch 1, 29 and 24 once slowed
+    assert trainer.state.seconds == 390 <= 450 * 0.97 and lrs[-1] == pytest.approx(1e-3)
     assert "the pace changed:" in capsys.readouterr().out
 
 
@@ -168,8 +170,8 @@ def test_budget_fit_plans_more_epochs_again_once_the_machine_is_free(capsys):
     trainer.clock = paced_clock([20.0] * 5 + [10.0] * 5)  # a slow first epoch, then full speed
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.step == 38  # 21 steps planned after epoch 1 at 100 s per epoch, then 29, then 38
-    assert trainer.seconds == 430 <= 450 * 0.97 and lrs[-1] == pytest.approx(1e-3)
+    assert trainer.state.step == 38  # 21 steps planned after epoch 1 at 100 s per epoch, then 29, then 38
+    assert trainer.state.seconds == 430 <= 450 * 0.97 and lrs[-1] == pytest.approx(1e-3)
 
 
 @pytest.fixture
@@ -247,13 +249,13 @@ def test_runs_without_a_budget_plan_keep_torchs_thread_count():
 
 
 def test_the_first_estimate_leaves_out_the_first_step_of_each_batch_shape(capsys):
-    pace = budget.Pace()
-    trainer = SimpleNamespace(batches_per_epoch=100, config=SimpleNamespace(max_epochs=2), batch_in_epoch=0)
+    pace = budget.Pace(TrainerConfig(max_epochs=2, batch_size=8, learning_rate=1e-3))
+    state = TrainState(max_epochs=2, final_tokens=1e6, batches_per_epoch=100, lr=1e-3)
     for shape in [1000, 2000, 1000, 2000, 1000, 2000, 1000, 3000, 2000]:  # the 5th warm step is the 7th
         first = shape not in pace.seen_shapes
-        trainer.step_positions, trainer.step_seconds = shape, (100.0 if first else shape / 1000)
-        trainer.batch_in_epoch += 1
-        pace.early_estimate(trainer)
+        state.step_positions, state.step_seconds = shape, (100.0 if first else shape / 1000)
+        state.batch_in_epoch += 1
+        pace.early_estimate(state)
     out = capsys.readouterr().out  # 1 ms per position, 10,000 positions in 7 steps: 143 s for 100 steps
     assert out == "a first guess from 5 steps after set-up: about 143 s per epoch, 5 min for 2 epochs\n"
 
@@ -262,7 +264,7 @@ def test_a_run_that_ends_on_its_plan_inside_an_epoch_removes_its_checkpoint(tmp_
     ckpt = tmp_path / "pt.params.ckpt"
     trainer = budget_trainer(budget_seconds=450, fit=True, max_epochs=10, ckpt_path=str(ckpt))
     trainer.train()
-    assert trainer.batch_in_epoch == 3 and ckpt.is_file()  # the plan ended inside epoch 9
+    assert trainer.state.batch_in_epoch == 3 and ckpt.is_file()  # the plan ended inside epoch 9
     assert run.end_of_run(trainer, ckpt) == ""
     assert not ckpt.exists()
 
@@ -280,7 +282,7 @@ def test_a_planned_run_that_ends_annealed_as_its_budget_runs_out_does_not_say_it
     trainer.clock = paced_clock([10.0] * 5 + [20.0])  # the 6th step takes 20 s: the budget runs out with it
     lrs = recorded_lrs(trainer)
     trainer.train()
-    assert trainer.step == 6 and trainer.seconds == 70 and lrs[-1] == pytest.approx(1e-3)
+    assert trainer.state.step == 6 and trainer.state.seconds == 70 and lrs[-1] == pytest.approx(1e-3)
     assert "cut off" not in capsys.readouterr().out
 
 

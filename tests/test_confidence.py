@@ -171,7 +171,8 @@ def test_scores_file_keeps_one_line_per_answer_even_with_a_generated_newline(tmp
 def tiny_model(variant: str, corpus: Path) -> tuple[GPT, CharCorruptionDataset]:
     """An untrained tiny model whose head is scaled up, so its greedy choices are far from ties."""
     dataset = CharCorruptionDataset(read_text(corpus), BLOCK_SIZE)
-    args = run.command_config(["evaluate", variant, str(corpus), *TINY_MODEL, "--bottleneck_dim", "16"])
+    typed = run.make_parser("evaluate").parse_args([variant, str(corpus), *TINY_MODEL, "--bottleneck_dim", "16"])
+    args = run.resolve({"function": "evaluate", **vars(typed)})
     torch.manual_seed(0)
     model = build_model(args, dataset.vocab_size)
     with torch.no_grad():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import PEOPLE, real_data
 
+import config
 from dataset import (
     MASK_CHAR,
     PAD_CHAR,
@@ -149,8 +150,8 @@ def test_offset_examples_from_getitem_follow_the_same_rule():
 
 
 def test_offsets_that_do_not_fit_the_block_are_refused():
-    with pytest.raises(UserError, match="between 0 and 14"):
-        CharCorruptionDataset("a document long enough\n", BLOCK, max_offset=15)
+    typed = {"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "x", "doc_offset": 15}
+    assert "--doc_offset must be between 0 and 14, got 15" in config.problems(config.resolve(typed))
 
 
 def test_name_dataset_trains_only_the_answer(tmp_path):

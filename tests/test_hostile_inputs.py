@@ -90,7 +90,11 @@ def test_a_bottleneck_length_out_of_range_is_refused_for_every_variant(tiny_corp
 
 
 def test_a_long_tensorboard_name_is_refused_before_any_folder_is_made(tiny_corpus, capsys):
-    refused(capsys, pretrain(tiny_corpus, "--tb_expt_name", "x" * 300), "--tb_expt_name is 300 characters")
+    refused(
+        capsys,
+        pretrain(tiny_corpus, "--tb_expt_name", "x" * 300),
+        "--tb_expt_name must be a plain name of at most 100 characters",
+    )
     assert nothing_written("pt.params")
 
 
@@ -230,7 +234,7 @@ def test_a_reader_cannot_join_an_ensemble_of_direct_answers(tiny_corpus, tiny_tr
     direct = finetuned(tiny_corpus, tiny_train_tsv)
     capsys.readouterr()
     refused(capsys, evaluate(tiny_corpus, direct, tiny_dev_tsv, "--ensemble_params", params),
-            f"--ensemble_params {params}: a recite reader cannot join")  # fmt: skip
+            f"{params} is a recite reader; --ensemble_params combines direct answers only")  # fmt: skip
 
 
 def test_finetuning_directly_from_a_reader_says_so_and_records_where_it_started(tiny_corpus, tiny_train_tsv, capsys):
@@ -333,7 +337,11 @@ def test_new_params_beside_an_old_sidecar_are_refused_as_a_pair_a_kill_split(tin
     finetuned(tiny_corpus, tiny_train_tsv, params, "--seed", 1)  # the same sizes, other weights
     Path(f"{params}.json").write_bytes(old_sidecar)  # as if killed between the two renames
     capsys.readouterr()
-    refused(capsys, evaluate(tiny_corpus, params, tiny_train_tsv), f"its sidecar {params}.json describes other params")
+    refused(
+        capsys,
+        evaluate(tiny_corpus, params, tiny_train_tsv),
+        f"{params}: damaged or replaced: its bytes do not match the SHA-256 its sidecar {params}.json records",
+    )
 
 
 def test_ctrl_c_while_run_py_starts_exits_130_without_a_traceback(tiny_corpus):

@@ -8,6 +8,7 @@ A flag that is not in KINDS fails the suite until it is classified there."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shutil
@@ -31,17 +32,19 @@ import run  # noqa: E402
 # output_dir: folders. Not tried here: choice (argparse refuses any other word), switch (takes no value)
 # and text (any string is a value; the tests of each entry point cover its own texts).
 
-RUN_PY = {
-    "variant": "choice", "pretrain_corpus_path": "input", "reading_params_path": "input",
-    "finetune_corpus_path": "input", "pretrain_lr": "float", "finetune_lr": "float", "bottleneck_dim": "int",
-    "question": "text", "writing_params_path": "output", "eval_corpus_path": "input", "outputs_path": "output",
-    "scores_path": "output", "ensemble_params": "input", "tb_expt_name": "text", "tb_dir": "output_dir",
-    "max_epochs": "int", "batch_size": "int", "dropout": "float", "optimizer": "choice", "seed": "int",
-    "n_layer": "int", "n_head": "int", "n_embd": "int", "recite": "switch", "recite_chars": "int",
-    "preset": "choice", "doc_offset": "int", "schedule": "choice", "order": "choice", "decay": "choice",
-    "budget_minutes": "float", "max_steps": "int", "resume": "switch", "ckpt_every": "int", "device": "choice",
-    "fp32": "switch",
-}  # fmt: skip
+
+def run_py_kinds() -> dict[str, str]:
+    """Each run.py flag's kind, read from its RunConfig field: the kind the field names (a data file is an
+    input), else a switch, a choice or what its parser's type says (int, float; text otherwise)."""
+    kinds = {}
+    for f in dataclasses.fields(config.RunConfig):
+        m, named = f.metadata, {"data": "input"}.get(f.metadata["kind"], f.metadata["kind"])
+        parsed = {int: "int", float: "float"}.get(m.get("type"), "text")
+        kinds[f.name] = named or ("switch" if m.get("action") else "choice" if m.get("choices") else parsed)
+    return kinds
+
+
+RUN_PY = run_py_kinds()
 ADDSUB_TRAIN = {
     "outputs_path": "output", "data_dir": "input_dir", "logdir": "output_dir", "device": "choice",
     "no_progress": "switch", "vocab_size": "int", "max_len": "int", "emb_dim": "int", "num_heads": "int",
@@ -99,6 +102,8 @@ ALLOWED = {
        for c in ("pretrain", "finetune") for v in ("0", str(10**12))},
     **{(f"run.py {c}", "dropout", "0"): "no dropout (the cpu preset's)" for c in ("pretrain", "finetune")},
     ("run.py pretrain", "doc_offset", "0"): "the handout's: examples start at their document's start",
+    **{(f"run.py {c}", "micro_batch", v): "0: whole batches; more rows than a batch: the same"
+       for c in ("pretrain", "finetune") for v in ("0", str(10**12))},
     ("run.py pretrain", "budget_minutes", str(10**12)): "a budget is a cap, and the cpu preset plans to it",
     ("addsub.py data", "seed", "0"): "any seed 0..2**32-1 makes a split",
     ("addsub.py train", "seed", "0"): "seeds are 0..2**32-1",

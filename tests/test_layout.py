@@ -26,18 +26,13 @@ def test_the_cli_module_holds_at_most_400_lines():
     assert len((SRC / "run.py").read_text(encoding="utf-8").splitlines()) <= 400
 
 
-# src/ without the AddSub demo held 2,775 lines before the refactor into one path and one config,
-# 3,360 after it with the recite protocol, answer copying and the thread choice added, 3,381 once
-# the loop's policy moved to budget.py, the parser came from RunConfig and DDP left, and about
-# 3,596 with the guards against hostile input (sidecars checked field by field, model sizes bounded
-# before allocation, name limits, stale temporaries, flags refused outside their command, where a
-# params file came from), and 3,783 with what a user sees and what a crash may not lose: TensorBoard
-# folders named by what each run did with its config as hparams (logs.py), progress lines for
-# recitation, help that states each preset's values, run.sh's plan of the other steps, params and
-# sidecar renamed as a recoverable pair, flags checked before any work, and the handout's step in
-# micro-batches; 3,812 with the free-space check before training (a full disk must not cost a long
-# run). The ceiling keeps new code from growing it unnoticed (raise it on purpose, saying why, or cut).
-SRC_LINES_CEILING = 3812
+# src/ without the AddSub demo held 2,775 lines before the refactor into one path and one config, 3,360 with
+# the recite protocol and the thread choice, 3,812 with the guards against hostile input, what a user sees
+# (TensorBoard runs, progress, help) and the micro-batches; 4,039 with the machine policy measured and cached
+# (machine.py), the loop's named TrainState, sealed checkpoints and params verified by hash everywhere, each
+# flag's rule beside its field and the file rules in one function each. The goal is 3,500: a feature pays for
+# its lines with a simplification, and the ceiling only comes down (raise it on purpose, saying why).
+SRC_LINES_CEILING = 4039
 
 
 def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():

@@ -28,7 +28,7 @@ def tiny_trainer(max_steps: int, ckpt: Path | None, optimizer: str = "adamw") ->
     ds = tiny_people_dataset()
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
     cfg = TrainerConfig(
-        max_epochs=4, batch_size=7, learning_rate=1e-2, lr_decay=True, warmup_tokens=50, final_tokens=5000,
+        max_epochs=4, batch_size=7, learning_rate=1e-2, warmup_tokens=50, final_tokens=5000,
         max_steps=max_steps, ckpt_path=str(ckpt) if ckpt else None, ckpt_every=0, optimizer=optimizer,
     )  # fmt: skip
     return Trainer(model, ds, cfg, torch.device("cpu"))
@@ -44,7 +44,7 @@ def test_resumed_training_ends_bit_identical_to_an_uninterrupted_run(optimizer, 
     torch.manual_seed(123)  # a different RNG state, which resume must restore
     second.resume(torch_load_safe(tmp_path / "a.ckpt"))
     second.train()
-    assert second.losses == straight.losses
+    assert second.state.losses == straight.state.losses
     for (name, a), b in zip(straight.model.state_dict().items(), second.model.state_dict().values()):
         assert torch.equal(a, b), name
 
@@ -92,14 +92,14 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tiny_corpus, tmp_pat
     assert "--resume" in err and "Traceback" not in err
     assert (tmp_path / "pt.params.ckpt").stat().st_mtime_ns >= before
     ckpt = torch_load_safe(tmp_path / "pt.params.ckpt")
-    assert ckpt["step"] >= 3
+    assert ckpt["state"]["step"] >= 3
 
 
 def test_resume_without_a_checkpoint_is_a_user_error(tiny_corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     argv = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", "pt.params", "--resume", *TINY_MODEL]
     assert run.main(argv) == 2
-    assert "no checkpoint" in capsys.readouterr().err
+    assert "--resume: the checkpoint pt.params.ckpt: not found" in capsys.readouterr().err
 
 
 def test_resume_with_other_settings_is_refused(tiny_corpus, tmp_path, monkeypatch, capsys):

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 
 from bench import course
 from config import resolve, trainer_config
@@ -72,56 +73,79 @@ def test_training_reduces_the_loss():
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
 
 
-@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "rope"])
-def test_an_fp32_step_gives_the_loss_and_parameters_of_the_course_loops_step(variant):
-    # The same batch and starting point: the trainer's step (fused AdamW, the perceiver's trimmed
-    # bottleneck) against the handout's (torch's default AdamW, all of the bottleneck).
+# The trainer's step against the handout's loop, from the same float64 model on the same batch, in two
+# halves. Gradients: the handout's rope rotates in fp32 (its complex view calls .float()), whose 2**-24
+# relative rounding through a few dozen operations stays within GRADIENT_SCALE of the largest value taking
+# part: the loss, or the largest gradient (the other variants agree to float64's rounding; a gradient that
+# is zero in exact arithmetic, as a key bias's is, holds only rounding noise of that scale). The optimizer step, given the same gradients: a
+# parameter moves by lr * g / (sqrt(v) + eps), whose rounding a gradient near eps (1e-8) amplifies by up to
+# lr / eps = 1e6; float64's 1e-16 keeps that far below STEP_TOLERANCE (fp32's 1e-7 would not).
+GRADIENT_SCALE = 1e-5
+STEP_TOLERANCE = {"atol": 1e-10, "rtol": 1e-9}
+
+
+def float64_step(variant: str, **config) -> tuple[dict, dict, GPT, nn.Module, Trainer]:
+    """One optimizer step of the trainer and of the course's loop from the same float64 model on the same batch,
+    the course's optimizer given the trainer's gradients: ({name: (our loss or gradient, theirs)}, the same for
+    the parameters after the step, our model, theirs, the trainer)."""
     torch.manual_seed(0)
     ds = tiny_people_dataset()
     no_dropout = {"embd_pdrop": 0.0, "resid_pdrop": 0.0, "attn_pdrop": 0.0}
-    config = GPTConfig(ds.vocab_size, 32, 2, 2, 16, variant=variant, bottleneck_dim=24, **no_dropout)
-    model = GPT(config)
-    theirs = course.course_copy(model)
-    cfg = TrainerConfig(batch_size=8, learning_rate=1e-2, decay="all_but_biases", bf16=False)
-    trainer = Trainer(model, ds, cfg, torch.device("cpu"))
+    model = GPT(GPTConfig(ds.vocab_size, 32, 2, 2, 16, variant=variant, bottleneck_dim=24, **no_dropout)).double()
+    theirs = course.course_copy(model).double()
+    cfg = TrainerConfig(max_epochs=1, learning_rate=1e-2, decay="all_but_biases", **config)
+    trainer, their_optimizer = Trainer(model, ds, cfg, torch.device("cpu")), course.optimizer(theirs, cfg)
     x, y = next(iter(trainer.batches(0)))
+    step, trainer.optimizer.step = trainer.optimizer.step, lambda: None  # the gradients first
     loss = trainer.optimize(x, y)
-    their_loss = course.train_step(theirs, course.optimizer(theirs, cfg), x, y, cfg.grad_norm_clip)
-    torch.testing.assert_close(loss, their_loss)
-    their_state = theirs.state_dict()
-    for name, ours in model.state_dict().items():
-        torch.testing.assert_close(ours, their_state[name], atol=1e-5, rtol=1e-4, msg=name)
+    _, their_loss = theirs(x, y)
+    their_loss.backward()
+    torch.nn.utils.clip_grad_norm_(theirs.parameters(), cfg.grad_norm_clip)
+    ours, their_params = dict(model.named_parameters()), dict(theirs.named_parameters())
+    gradients = {"loss": (loss, their_loss.detach())} | {n: (p.grad, their_params[n].grad) for n, p in ours.items()}
+    for name, p in their_params.items():
+        p.grad = ours[name].grad.clone()
+    step()
+    their_optimizer.step()
+    stepped = {name: (p.detach(), their_params[name].detach()) for name, p in ours.items()}
+    return gradients, stepped, model, theirs, trainer
+
+
+def assert_same_step(gradients: dict, stepped: dict) -> None:
+    (loss, their_loss), largest = gradients.pop("loss"), max(theirs.abs().max() for _, theirs in gradients.values())
+    assert abs(loss - their_loss) <= GRADIENT_SCALE * their_loss
+    for name, (ours, theirs) in gradients.items():
+        assert (ours - theirs).abs().max() <= GRADIENT_SCALE * largest, name
+    for name, (ours, theirs) in stepped.items():
+        torch.testing.assert_close(ours, theirs, **STEP_TOLERANCE, msg=name)
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "rope"])
+def test_a_step_gives_the_loss_gradients_and_update_of_the_course_loops_step(variant):
+    # The trainer's step (fused AdamW, the perceiver's trimmed bottleneck) against the handout's
+    # (torch's default AdamW, all of the bottleneck).
+    gradients, stepped, *_ = float64_step(variant, batch_size=8)
+    assert_same_step(gradients, stepped)
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "rope"])
 def test_a_step_in_length_grouped_micro_batches_gives_the_course_loops_step_on_the_whole_batch(variant):
-    torch.manual_seed(0)
-    ds = tiny_people_dataset()
-    no_dropout = {"embd_pdrop": 0.0, "resid_pdrop": 0.0, "attn_pdrop": 0.0}
-    model = GPT(GPTConfig(ds.vocab_size, 32, 2, 2, 16, variant=variant, bottleneck_dim=24, **no_dropout))
-    theirs = course.course_copy(model)
-    cfg = TrainerConfig(batch_size=16, learning_rate=1e-2, decay="all_but_biases", bf16=False, order="file",
-                        micro_batch=4)  # fmt: skip
-    trainer = Trainer(model, ds, cfg, torch.device("cpu"))
-    x, y = next(iter(trainer.batches(0)))
-    loss = trainer.optimize(x, y)
-    assert trainer.step_positions < x.numel()  # the padding after each group's last target was left out
-    their_loss = course.train_step(theirs, course.optimizer(theirs, cfg), x, y, cfg.grad_norm_clip)
-    torch.testing.assert_close(loss, their_loss)
-    their_state = theirs.state_dict()
-    for name, ours in model.state_dict().items():
-        torch.testing.assert_close(ours, their_state[name], atol=1e-5, rtol=1e-4, msg=name)
+    gradients, stepped, _, _, trainer = float64_step(variant, batch_size=16, order="file", micro_batch=4)
+    assert trainer.state.step_positions < 16 * 31  # the padding after each group's last target was left out
+    assert_same_step(gradients, stepped)
 
 
-def test_the_handouts_order_trains_in_micro_batches_on_a_cpu_and_whole_batches_on_a_gpu(monkeypatch):
+def test_the_handouts_order_trains_in_the_micro_batches_the_machine_chose_and_other_orders_in_whole_batches():
     args = resolve({"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "wiki.txt"})
-    assert args.order == "file" and trainer_config(args, 2937).micro_batch == 32
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # device auto: the GPU
-    assert trainer_config(args, 2937).micro_batch == 0
+    chosen = {"precision": "fp32", "micro_batch": 32}
+    assert args.order == "file" and trainer_config(args, 2937, 2937, 127, chosen).micro_batch == 32
+    assert trainer_config(args, 2937, 2937, 127, chosen | {"micro_batch": 0}).micro_batch == 0
+    bucketed = resolve({"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "x", "preset": "cpu"})
+    assert trainer_config(bucketed, 2937, 2937, 127, chosen).micro_batch == 0
 
 
 def test_micro_batches_group_rows_by_their_last_target_crop_each_group_and_weigh_it_by_its_targets():
-    cfg = TrainerConfig(micro_batch=2)
+    cfg = TrainerConfig(max_epochs=1, batch_size=8, learning_rate=1e-3, micro_batch=2)
     trainer = Trainer(GPT(GPTConfig(10, 16, 1, 1, 8)), tiny_people_dataset(), cfg, torch.device("cpu"))
     ends = [2, 0, 16, 1, 3]  # row i's targets are its first ends[i] positions (row 1 has none)
     y = torch.stack([(torch.arange(16) < end).long() * 5 for end in ends])  # (5, 16)
@@ -150,7 +174,9 @@ def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sor
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
 
     def real_lengths(order: str) -> list[np.ndarray]:
-        trainer = Trainer(model, ds, TrainerConfig(batch_size=8, order=order), torch.device("cpu"))
+        trainer = Trainer(
+            model, ds, TrainerConfig(max_epochs=1, batch_size=8, learning_rate=1e-3, order=order), torch.device("cpu")
+        )
         return [(y != 0).sum(1).numpy() for _, y in trainer.batches(0)]
 
     bucketed, unbucketed = real_lengths("bucketed"), real_lengths("shuffled")
@@ -163,7 +189,9 @@ def test_file_order_batches_the_same_documents_in_the_same_order_every_epoch():
     text = "".join(chr(ord("a") + i) * 20 + "\n" for i in range(20))  # document i is one letter repeated
     ds = CharCorruptionDataset(text, 32)
     model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=1, n_head=2, n_embd=16))
-    trainer = Trainer(model, ds, TrainerConfig(batch_size=8, order="file"), torch.device("cpu"))
+    trainer = Trainer(
+        model, ds, TrainerConfig(max_epochs=1, batch_size=8, learning_rate=1e-3, order="file"), torch.device("cpu")
+    )
 
     def documents(epoch: int) -> list[list[int]]:
         return [[ord(ds.vocab.decode([int(t) for t in row if t > 1])[0]) - ord("a") for row in x]

@@ -1,0 +1,252 @@
+"""Machine policy: the choices made by measuring the machine a run is on, in one place.
+
+- `pick_device`: cuda if there is one, else cpu.
+- `measured(device)`: precision and micro-batches. A second or less of the model's own matmul
+  shapes, forward and backward, timed in fp32 and under bf16 autocast, decides the precision (the
+  faster; torch calls bf16 "supported" on CPUs that only emulate it, several times slower than
+  fp32), and the same work split in parts says whether a step may run in length-grouped
+  micro-batches (free on a CPU, kernel launches multiplied on a GPU). Measured once per machine
+  (CPU, cores, device, torch) and cached under the user's cache folder; said in one line.
+- `ThreadChooser`: keeps a long CPU run at the faster of all threads and half of them, measured
+  as it trains, because another process holding a core makes a step spread over every core wait.
+The trainer receives the decisions (TrainerConfig.bf16 and micro_batch), and flags override them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from utils import UserError, cpu_info, plural, write_json_atomic
+
+if TYPE_CHECKING:  # trainer imports this module
+    from trainer import Trainer, TrainState
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """'auto' -> cuda if available, else cpu; 'cuda' without a GPU is a UserError."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but no CUDA GPU is available")
+    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+
+
+def autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast (fp32 master weights) when `bf16`, else a no-op."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------
+# Precision and micro-batches
+
+WIDTH = 256  # the handout model's n_embd: the probe is its MLP, (rows, 256) x (256, 1024) and back
+PROBE_ROWS = {"cpu": 1024, "cuda": 16384}  # positions per pass: a GPU needs a whole batch's to be busy
+PROBE_PARTS = 4  # a handout batch of 128 rows in micro-batches of MICRO_BATCH
+MICRO_BATCH = 32
+PROBE_SECONDS = 1.0
+SPLIT_LIMIT = 1.5  # micro-batches only where the same work in PROBE_PARTS parts costs less than this much more
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What `measured` found: GFLOP/s of the probe in each precision, the time of the probe in
+    PROBE_PARTS parts over the time in one (in fp32: the overhead of more, smaller calls), and when
+    and how it was found."""
+
+    bf16_gflops: float
+    fp32_gflops: float
+    split_cost: float
+    date: str
+    source: str = "measured"  # or "cached"
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.bf16_gflops > self.fp32_gflops else "fp32"
+
+    @property
+    def micro_batch(self) -> int:
+        """Rows per micro-batch of the handout's file order (0: whole batches)."""
+        return MICRO_BATCH if self.split_cost < SPLIT_LIMIT else 0
+
+
+def measure(device: torch.device) -> Measured:
+    """Time the probe's forward and backward in fp32, under bf16 autocast, and in fp32 in PROBE_PARTS parts, in
+    turn for PROBE_SECONDS (three rounds at least), and keep the best of each: the first rounds pay for the
+    process's warm-up (the allocator adapting, kernels made), which should burden neither precision. On a
+    CPU it runs on one thread: what one core does in each precision, which another process busy on
+    another core (that would make every thread of a wider matmul wait) does not change."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if device.type == "cpu" else threads)
+    g, rows = torch.Generator().manual_seed(0), PROBE_ROWS.get(device.type, PROBE_ROWS["cpu"])
+    x, w1, w2 = (torch.randn(*s, generator=g).div(s[0] ** 0.5).to(device).requires_grad_() for s in
+                 ((rows, WIDTH), (WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)))  # fmt: skip
+
+    def seconds(bf16: bool, parts: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for part in x.split(rows // parts):
+            with autocast(device, bf16):
+                y = torch.relu(part @ w1) @ w2
+            y.float().square().mean().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    best, start, rounds = [math.inf] * 3, time.perf_counter(), 0
+    while rounds < 3 or time.perf_counter() - start < PROBE_SECONDS:
+        best = [
+            min(b, seconds(bf16, parts))
+            for b, (bf16, parts) in zip(best, ((False, 1), (True, 1), (False, PROBE_PARTS)))
+        ]
+        rounds += 1
+    torch.set_num_threads(threads)
+    flops = 3 * 2 * 2 * rows * WIDTH * 4 * WIDTH  # two matmuls, forward and backward (twice the forward's)
+    return Measured(flops / best[1] / 1e9, flops / best[0] / 1e9, best[2] / best[0], time.strftime("%Y-%m-%d"))
+
+
+def machine_key(device: torch.device) -> str:
+    """What a measurement holds for: the CPU, its cores, the device and torch."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_info().get("model name")
+    cpu = cpu_info()
+    parts = [name or platform.processor(), f"family {cpu.get('cpu family')} model {cpu.get('model')}",
+             f"{os.cpu_count()} cores", f"torch {torch.__version__}"]  # fmt: skip
+    return f"{device.type}: " + ", ".join(parts)
+
+
+def cache_path() -> Path:
+    """$XDG_CACHE_HOME/birthplace-gpt/machine.json (XDG_CACHE_HOME defaults to ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "birthplace-gpt" / "machine.json"
+
+
+_decided: dict[str, Measured] = {}  # this process's, by machine key
+
+
+def measured(device: torch.device) -> Measured:
+    """This machine's measurement: from this process, the cache (written for this very machine), or
+    measured now and cached (a cache folder that cannot be written only costs a second next time)."""
+    key = machine_key(device)
+    if key in _decided:
+        return _decided[key]
+    path, cache = cache_path(), {}
+    with contextlib.suppress(OSError, ValueError):
+        cache = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        found = Measured(**{**cache[key], "source": "cached"})
+    except (KeyError, TypeError):
+        found = measure(device)
+        with contextlib.suppress(OSError, UserError, TypeError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            entry = {k: v for k, v in asdict(found).items() if k != "source"}
+            write_json_atomic(path, {**(cache if isinstance(cache, dict) else {}), key: entry})
+    _decided[key] = found
+    return found
+
+
+def choose(device: torch.device, fp32: bool = False, micro_batch: int | None = None, say: bool = True) -> dict:
+    """What training on `device` uses, as a params sidecar records it: the precision ("bf16" or "fp32", the
+    faster as measured; `fp32` forces fp32) with the two rates it was decided on, and the micro-batch rows of
+    the handout's file order (measured; `micro_batch` overrides). `say` prints it in one line."""
+    m = measured(device)
+    chosen = "fp32" if fp32 else m.precision
+    why = "--fp32" if fp32 else "bf16 is emulated here" if chosen == "fp32" else "faster here"
+    rows = m.micro_batch if micro_batch is None else micro_batch
+    if say:
+        print(f"precision: {chosen} ({why}: bf16 {m.bf16_gflops:.0f} against fp32 {m.fp32_gflops:.0f} GFLOP/s a core, "
+              f"{m.source} {m.date}); micro-batches of the file order: {rows or 'none'}")  # fmt: skip
+    return {"precision": chosen, "bf16_gflops": round(m.bf16_gflops, 1), "fp32_gflops": round(m.fp32_gflops, 1),
+            "micro_batch": rows}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# Threads, chosen while a long CPU run trains (see bench/RESEARCH.md)
+
+TRY_STEPS = 6  # steps timed on the other count when the two are compared
+TRY_EVERY = 30.0  # training seconds between tries of the other count; doubled after each try it loses, up to
+TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as steps take SLOWDOWN times as long as before
+SLOWDOWN = 1.3
+SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: noise does not flip the choice
+
+
+class ThreadChooser:
+    """Keeps torch's CPU thread count at the faster of `threads` and half of it, as measured.
+
+    after_step(seconds, tokens, now) takes each step's duration, its size in tokens and the training
+    time so far. Every TRY_EVERY seconds (at once when steps slow down) it trains TRY_STEPS steps on
+    the other count and compares each with the latest step of the same size on the current one (batches
+    differ in length, so only steps of one size compare); it keeps the other count when the median of
+    those ratios says it is faster. Returns the line to print when the choice changes, else None.
+    """
+
+    def __init__(self, threads: int):
+        self.counts = (threads, max(1, threads // 2))
+        self.home = threads  # the count in use between tries
+        self.latest: dict[int, float] = {}  # seconds of the latest home step of each size
+        self.confirmed: dict[int, float] = {}  # the same when the home count last won a comparison
+        self.try_ratios: list[float] = []  # the running try's steps against `latest`
+        self.pace_ratios: list[float] = []  # the latest home steps against `confirmed`
+        self.tried_steps = 0
+        self.interval = TRY_EVERY
+        self.next_try = TRY_EVERY
+        self.warming = False  # the first step after a change starts the threads: not timed
+        self.switches = 0
+
+    def attach(self, trainer: Trainer) -> ThreadChooser:
+        """Choose threads after every step of `trainer`; its training ends on the count it started with."""
+        started, log = torch.get_num_threads(), trainer.log
+
+        def after_step(s: TrainState) -> None:
+            line = self.after_step(s.step_seconds, s.step_positions, s.seconds)
+            log("train/threads", torch.get_num_threads(), s.step)
+            if line:
+                tqdm.write(line)
+
+        trainer.add_callback("on_batch_end", after_step)
+        trainer.add_callback("on_train_end", lambda s: torch.set_num_threads(started))
+        return self
+
+    def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
+        if self.warming:
+            self.warming = False
+            return None
+        if torch.get_num_threads() != self.home:  # a try
+            self.tried_steps += 1
+            if tokens in self.latest:
+                self.try_ratios.append(seconds / self.latest[tokens])
+            if len(self.try_ratios) >= TRY_STEPS or self.tried_steps >= 4 * TRY_STEPS:
+                return self.decide(float(np.median(self.try_ratios)) if self.try_ratios else 1.0, now)
+            return None
+        if tokens in self.confirmed:
+            self.pace_ratios = [*self.pace_ratios[1 - TRY_STEPS :], seconds / self.confirmed[tokens]]
+            if len(self.pace_ratios) == TRY_STEPS and np.median(self.pace_ratios) > SLOWDOWN:
+                self.interval, self.next_try = TRY_EVERY, now
+        self.latest[tokens] = seconds
+        if now >= self.next_try:
+            self.try_ratios, self.tried_steps = [], 0
+            torch.set_num_threads(self.counts[1] if self.home == self.counts[0] else self.counts[0])
+            self.warming = True
+        return None
+
+    def decide(self, ratio: float, now: float) -> str | None:
+        """After a try whose steps took `ratio` times as long as the home count's: keep the faster count."""
+        tried, line = torch.get_num_threads(), None
+        if ratio * SWITCH_MARGIN < 1.0:
+            line = f"training on {plural(tried, 'thread')} instead of {self.home}: {1 / ratio:.1f}x as fast now"
+            self.home, self.latest, self.interval = tried, {}, TRY_EVERY
+            self.switches += 1
+        else:
+            torch.set_num_threads(self.home)
+            self.warming, self.interval = True, min(2 * self.interval, TRY_EVERY_MAX)
+        self.confirmed, self.pace_ratios = dict(self.latest), []
+        self.next_try = now + self.interval
+        return line
