@@ -22,10 +22,11 @@
 # Settings are checked before anything runs (one line each, exit 2); the first failed step stops the
 # run, naming the step and its log, and no report is written.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$(realpath "$0")")"  # the checkout's, also when run.sh is reached through a symlink
 
 VARIANTS=${VARIANTS-vanilla perceiver rope}  # only an unset VARIANTS means all three; an empty one is refused
 : "${TOTAL_MINUTES:=120}" "${SEED:=0}" "${OUT_DIR:=outputs}" "${EXTRA_FLAGS:=}"
+case $OUT_DIR in -*) OUT_DIR="./$OUT_DIR" ;; esac  # a folder named like a flag: no command may take it for one
 : "${RECORD:=0}" "${PRESET:=}" "${PRETRAIN_EPOCHS:=}" "${FINETUNE_EPOCHS:=}" "${NOPRETRAIN_EPOCHS:=}"
 # Words on any whitespace (spaces, tabs, newlines), as the unquoted $EXTRA_FLAGS is split in every step.
 read -r -d '' -a VARIANT_LIST <<<"$VARIANTS" || true
@@ -62,9 +63,19 @@ for word in "${EXTRA_LIST[@]}"; do
 done
 # A run's outputs must not replace files git tracks (such as the recorded bench/results/report.md).
 [ ! -e "$OUT_DIR" ] || [ -d "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' is not a folder; give a folder name")
-above=$(dirname -- "$OUT_DIR")  # the folder mkdir -p would make it in: its nearest existing parent must be one
+[ -e "$OUT_DIR" ] || [ ! -L "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' is a symlink that cannot be followed")
+IFS=/ read -r -a parts <<<"$OUT_DIR"
+for part in "${parts[@]}"; do
+  [ "$(printf %s "$part" | wc -c)" -le 255 ] || { bad+=("OUT_DIR '${OUT_DIR:0:60}...': a name too long for the file system"); break; }
+done
+[ "$(printf %s "$OUT_DIR" | wc -c)" -lt 4096 ] || bad+=("OUT_DIR '${OUT_DIR:0:60}...': a path too long for the file system")
+above=$OUT_DIR  # the folder mkdir -p would make it in: its nearest existing part must be a writable folder
 while [ ! -e "$above" ] && [ "$above" != "$(dirname -- "$above")" ]; do above=$(dirname -- "$above"); done
-[ -d "$above" ] || bad+=("OUT_DIR '$OUT_DIR' lies inside '$above', which is not a folder; give a folder name")
+if [ ! -d "$above" ]; then
+  [ "$above" = "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' lies inside '$above', which is not a folder; give a folder name")
+elif [ ! -w "$above" ] || [ ! -x "$above" ]; then
+  bad+=("OUT_DIR '$OUT_DIR': '$above' is not writable; give another folder")
+fi
 out_path=$(realpath -m -- "$OUT_DIR" 2>/dev/null || echo "$OUT_DIR")  # through symlinks, as git sees it
 tracked=$(git --literal-pathspecs ls-files -- "$out_path" 2>/dev/null | head -n 1) || true
 [ -z "$tracked" ] || bad+=("OUT_DIR '$OUT_DIR' holds files tracked by git ($tracked); choose another folder, e.g. outputs")
@@ -81,11 +92,15 @@ fi
 VARIANTS="${VARIANT_LIST[*]}" SEED=$((10#$SEED))  # as the steps read them: one space between variants, no leading 0
 
 source ./setup.sh
+# EXTRA_FLAGS goes to every run.py step: each command must take it (argparse's prefixes included) before any runs.
+problem=$(python -c 'import sys; sys.path.insert(0, "src"); import run; print(run.extra_flags_problem(sys.argv[1:]) or "")' \
+  "${EXTRA_LIST[@]}")
+if [ -n "$problem" ]; then echo "run.sh: $problem" >&2; exit 2; fi
 if [ -z "$PRESET" ]; then
   PRESET=cpu
   if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then PRESET=handout; fi
 fi
-mkdir -p "$OUT_DIR" expt
+mkdir -p -- "$OUT_DIR" expt 2>/dev/null || { echo "run.sh: OUT_DIR '$OUT_DIR' cannot be made here" >&2; exit 2; }
 PRE_FLAGS="${PRETRAIN_EPOCHS:+--max_epochs $PRETRAIN_EPOCHS}"
 FT_FLAGS="${FINETUNE_EPOCHS:+--max_epochs $FINETUNE_EPOCHS}"
 NOPRE_FLAGS="${NOPRETRAIN_EPOCHS:+--max_epochs $NOPRETRAIN_EPOCHS}"

@@ -37,15 +37,15 @@ from config import training_bytes  # noqa: E402
 from dataset import Vocabulary, read_text  # noqa: E402
 from machine import choose, pick_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from params import load_verified, save_with_sidecar, warn_unverified  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import (  # noqa: E402
     UserError,
+    check_input,
     check_output_file,
     physical_memory,
     refuse_same_file,
     seed_everything,
-    torch_load_safe,
-    torch_save_atomic,
 )
 
 DEFAULT_INPUT = REPO_ROOT / "data" / "tinyshakespeare" / "input.txt"
@@ -93,17 +93,9 @@ class DemoConfig:
 
 
 def load_text(path: str | Path) -> str:
-    """The whole training text; a missing file is a UserError that names the data step."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: not found; run `python data/get_data.py` first, or pass --input FILE")
-    if not path.is_file():  # checked before opening: a FIFO without a writer would block the read forever
-        kind = "a folder" if path.is_dir() else "a FIFO, device or socket"
-        raise UserError(f"--input {path}: is {kind}, not a regular file; give a UTF-8 text file")
-    try:
-        return read_text(path)
-    except UserError as e:
-        raise UserError(f"--input {e}; give a readable UTF-8 text file") from None
+    """The whole training text; a file that cannot be read is a UserError that names the data step."""
+    check_input(path, "--input", "; run `python data/get_data.py` first, or pass --input FILE")
+    return read_text(path, "--input")
 
 
 class CharDataset(Dataset):
@@ -262,9 +254,10 @@ def generate(
 
 
 def save_params(path: str | Path, model: GPT, vocab: Vocabulary, cfg: DemoConfig) -> None:
-    """Write the model's state_dict, its shape (SHAPE) and its characters to `path` atomically."""
+    """Write the model's state_dict, its shape (SHAPE) and its characters to `path`, with a JSON sidecar holding
+    the shape and the file's SHA-256 (params.save_with_sidecar: both atomically)."""
     shape = {name: getattr(cfg, name) for name in SHAPE}
-    torch_save_atomic({"state_dict": model.state_dict(), "shape": shape, "chars": vocab.itos[2:]}, path)
+    save_with_sidecar({"state_dict": model.state_dict(), "shape": shape, "chars": vocab.itos[2:]}, path, shape)
 
 
 def load_params(cfg: DemoConfig) -> tuple[DemoConfig, Vocabulary, dict]:
@@ -272,12 +265,11 @@ def load_params(cfg: DemoConfig) -> tuple[DemoConfig, Vocabulary, dict]:
     the state_dict); a file that is not one is a one-line UserError."""
     path = cfg.reading_params_path
     try:
-        blob = torch_load_safe(path)
+        blob, side, _ = load_verified(path, "--reading_params_path")
         shape = {name: int(blob["shape"][name]) for name in SHAPE}
+        warn_unverified(path, side)
         return replace(cfg, **shape), Vocabulary(list(blob["chars"])), dict(blob["state_dict"])
-    except UserError as e:
-        raise UserError(f"--reading_params_path {e}") from None
-    except (TypeError, KeyError, ValueError):
+    except (TypeError, KeyError, ValueError, AttributeError):
         raise UserError(
             f"--reading_params_path {path}: not a params file written by play_char.py --writing_params_path"
         ) from None

@@ -7,11 +7,9 @@
         --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions
     python src/run.py ask vanilla wiki.txt --reading_params_path vanilla.finetune.params "Where was Ada Lovelace born?"
 
-Variants: vanilla, perceiver (the 2023 handout; add --bottleneck_dim 64) and rope
-(the 2024 handout). The pretraining corpus (third argument) defines the
-vocabulary in every mode. A bare data file name that is not in the current
-folder is looked up in data/. --preset handout (the default) is the course's
-recipe; --preset cpu is this repository's recipe for a small CPU (README).
+Variants: vanilla, perceiver (2023; add --bottleneck_dim 64), rope (2024). The corpus (third argument)
+defines the vocabulary in every mode; a bare data file name missing here is read from data/. --preset
+handout (the default) is the course's recipe; --preset cpu is the recipe for a small CPU (README).
 """
 
 # ruff: noqa: E402 - the SIGINT handler below must come before torch is imported
@@ -30,6 +28,7 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import dataclasses
+import io
 import shlex
 import time
 from collections.abc import Iterator
@@ -66,6 +65,7 @@ from utils import (
     check_output_file,
     file_sha256,
     locate_data,
+    plural,
     provenance,
     refuse_same_file,
     seed_everything,
@@ -206,14 +206,9 @@ def settings_line(args: RunConfig) -> str:
 
 
 def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:
-    """Say what this run trains, how long, and how; warn when the handout's recipe meets a CPU."""
-    plan = f"{cfg.max_epochs} epoch{'s' if cfg.max_epochs != 1 else ''}" + (
-        f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if fit else ""
-    )
-    print(
-        f"{args.function} {args.variant}: {examples} examples, {plan}, batch {cfg.batch_size}, "
-        f"lr {cfg.learning_rate:g}, {cfg.optimizer}, device {device}"
-    )
+    """Say what this run trains and how long (settings_line said how); warn when the handout's recipe meets a CPU."""
+    planned = f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if fit else ""
+    print(f"{args.function} {args.variant}: {examples} examples, {plural(cfg.max_epochs, 'epoch')}{planned}, {device}")
     if device.type == "cpu" and args.preset == "handout":
         print(
             "note: the handout's recipe is made for a GPU and takes hours on a CPU (the first steps say how "
@@ -286,18 +281,17 @@ def make_parser(command: str | None = None) -> Parser:
         return p
     p = Parser(prog=f"run.py {command}", description=COMMANDS_HELP.splitlines()[FUNCTIONS.index(command) + 1].strip())
     groups: dict = {}
-    for f in dataclasses.fields(RunConfig):
-        if command not in f.metadata["commands"]:
-            continue
+    for f in (f for f in dataclasses.fields(RunConfig) if command in f.metadata["commands"]):
         options = {k: v for k, v in f.metadata.items() if k in ("type", "choices", "nargs", "action", "metavar")}
-        group = f.metadata["group"]
-        g = groups.get(group) or groups.setdefault(group, p.add_argument_group(group))
+        g = groups.get(f.metadata["group"]) or groups.setdefault(
+            f.metadata["group"], p.add_argument_group(f.metadata["group"])
+        )
         help = f.metadata["help"]
         options["help"] = f"{help}{preset_defaults(f, command)}" if help else argparse.SUPPRESS
-        if f.metadata.get("positional"):
-            g.add_argument(f.name, **options)
-        else:
-            g.add_argument(f"--{f.name}", **({"default": None} | options))
+        positional = f.metadata.get("positional")
+        g.add_argument(
+            f.name if positional else f"--{f.name}", **(options if positional else {"default": None} | options)
+        )
     return p
 
 
@@ -320,6 +314,19 @@ def preset_defaults(field: dataclasses.Field, command: str) -> str:
     if len(set(said.values())) == 1:
         return "" if said["handout"] == "none" else f" (default {said['handout']})"
     return " (" + "; ".join(f"{preset}: {text}" for preset, text in said.items()) + ")"
+
+
+def extra_flags_problem(words: list[str]) -> str | None:
+    """What is wrong with run.sh's EXTRA_FLAGS, which it gives to each of its run.py commands: a flag one of them
+    refuses, or one that sets the seed or the preset (run.sh's SEED and PRESET do), however abbreviated."""
+    for command, said in (("pretrain", io.StringIO()), ("finetune", io.StringIO()), ("evaluate", io.StringIO())):
+        with contextlib.redirect_stderr(said), contextlib.suppress(SystemExit):
+            typed = vars(make_parser(command).parse_intermixed_args(["vanilla", "wiki.txt", *words]))
+        if said.getvalue():
+            return f"EXTRA_FLAGS goes to every step, and {said.getvalue().strip().removesuffix(' (see --help)')}"
+        for name in (n for n in ("seed", "preset") if typed[n] is not None):
+            return f"EXTRA_FLAGS must not set the {name} ({shlex.join(words)}); set {name.upper()} instead"
+    return None
 
 
 def resolved_config(argv: list[str]) -> RunConfig:

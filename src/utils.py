@@ -181,6 +181,8 @@ def check_output_dir(path: str | Path, flag: str) -> None:
             cause = f"folder {folder} is not writable (permission denied)"
         if not cause and any(len(os.fsencode(part)) > _name_max(folder) for part in Path(path).parts):
             cause = "a name too long for the file system"
+        if not cause and len(os.fsencode(os.path.abspath(path))) >= os.pathconf(folder, "PC_PATH_MAX"):
+            cause = "a path too long for the file system"
     except OSError as e:
         cause = _why(e)
     if cause:

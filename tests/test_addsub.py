@@ -640,3 +640,14 @@ def test_a_fifo_as_an_input_file_is_refused_without_opening_it(tmp_path, command
     assert r.returncode == 2
     assert one_line_error(r.stderr) and "FIFO" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "fifo.params"]
+
+
+def test_params_with_a_flipped_byte_are_refused_in_one_line(tmp_path, capsys):
+    path = tmp_path / "a.params"
+    addsub.save_params(path, AddSubTransformer(TINY))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert main(["ask", "12 + 30", "--reading_params_path", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and "damaged or replaced" in err

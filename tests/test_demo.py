@@ -142,7 +142,7 @@ def test_a_fifo_as_input_is_refused_without_opening_it(tmp_path):
     assert result.returncode == 2
     assert (
         result.stderr
-        == f"error: --input {fifo}: is a FIFO, device or socket, not a regular file; give a UTF-8 text file\n"
+        == f"error: --input {fifo}: is a FIFO, not a regular file; run `python data/get_data.py` first, or pass --input FILE\n"
     )
     assert list(tmp_path.iterdir()) == [fifo]
 

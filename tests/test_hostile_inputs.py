@@ -351,3 +351,82 @@ def test_ctrl_c_while_run_py_starts_exits_130_without_a_traceback(tiny_corpus):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------
+# Nothing of the user's is removed, nothing damaged is used without a word
+
+
+@pytest.mark.parametrize("tb_dir", ["mytb", "a/b"])
+@pytest.mark.parametrize("how", ["a loss that becomes nan", "a full disk under the TensorBoard folder"])
+def test_a_failed_run_removes_only_the_folders_it_made(tiny_corpus, capsys, monkeypatch, tb_dir, how):
+    Path(tb_dir.split("/")[0]).mkdir()  # the user's own (empty) folder
+    extra = ["--pretrain_lr", "1e30", "--max_steps", 20] if how.startswith("a loss") else []
+    if how.startswith("a full disk"):
+
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(logs.SummaryWriter, "add_scalar", full)
+    refused(capsys, pretrain(tiny_corpus, "--tb_dir", tb_dir, *extra))
+    assert Path(tb_dir.split("/")[0]).is_dir()  # still there
+    assert not Path("a/b").exists()  # the folder the run made is gone
+
+
+def test_a_tensorboard_folder_and_params_of_the_same_name_are_refused_before_training(tiny_corpus, capsys):
+    refused(capsys, ["pretrain", "vanilla", tiny_corpus, "--writing_params_path", "same", "--tb_dir", "same"],
+            "is the same file as --tb_dir")  # fmt: skip
+    assert nothing_written("same", "same.ckpt")
+
+
+@pytest.mark.parametrize("question", ["Where was Ada\u2047 born?", "Where was Ada\u25a1 born?", "Where was\nAda born?"])
+def test_a_question_with_a_reserved_character_or_a_line_break_is_refused(tiny_corpus, tiny_train_tsv, capsys, question):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    capsys.readouterr()
+    err = refused(capsys, ["ask", "vanilla", tiny_corpus, question, "--reading_params_path", params, *TINY_MODEL])
+    assert "reserved character" in err or "line break" in err
+
+
+@pytest.mark.parametrize("line", ["Where was Ada born?\tLon\u25a1don", "Where was Ada\u2047 born?\tLondon"])
+@pytest.mark.parametrize("command", ["finetune", "evaluate"])
+def test_a_question_file_with_a_reserved_character_is_refused_naming_its_line(
+    tiny_corpus, tiny_train_tsv, capsys, line, command
+):
+    Path("bad.tsv").write_text(f"Where was Carl Gauss born?\tBrunswick\n{line}\n", encoding="utf-8")
+    if command == "finetune":
+        argv = ["finetune", "vanilla", tiny_corpus, "--writing_params_path", "x.params", "--finetune_corpus_path",
+                "bad.tsv", *TINY_MODEL]  # fmt: skip
+    else:
+        argv = evaluate(tiny_corpus, finetuned(tiny_corpus, tiny_train_tsv), "bad.tsv")
+        capsys.readouterr()
+    refused(capsys, argv, "bad.tsv:2: holds the reserved character")
+
+
+def flip_a_byte(path: str | Path, at: float = 0.6) -> None:
+    data = bytearray(Path(path).read_bytes())
+    data[int(len(data) * at)] ^= 0xFF
+    Path(path).write_bytes(bytes(data))
+
+
+def test_resume_from_a_checkpoint_with_one_flipped_byte_is_refused_naming_it(tiny_corpus, capsys):
+    assert run.main([str(a) for a in pretrain(tiny_corpus, "--ckpt_every", 1)]) == 0  # keeps pt.params.ckpt
+    flip_a_byte("pt.params.ckpt")
+    capsys.readouterr()
+    refused(capsys, pretrain(tiny_corpus, "--resume", "--max_steps", 4), "pt.params.ckpt", "damaged")
+
+
+def test_params_with_a_flipped_byte_are_refused_and_params_without_a_hash_are_used_with_a_warning(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    flip_a_byte(params)
+    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv), f"{params}: damaged or replaced")
+    params = finetuned(tiny_corpus, tiny_train_tsv, "plain.params")
+    Path(f"{params}.json").unlink()
+    capsys.readouterr()
+    assert run.main([str(a) for a in evaluate(tiny_corpus, params, tiny_dev_tsv)]) == 0
+    assert "plain.params: no SHA-256 in a sidecar beside it, so its bytes cannot be verified" in capsys.readouterr().err
+
+
+def test_a_dropout_too_close_to_one_to_train_is_refused(tiny_corpus, capsys):
+    refused(capsys, pretrain(tiny_corpus, "--dropout", "0.99999"), "--dropout must be between 0 and 0.99")

@@ -77,6 +77,7 @@ KINDS = {
 }  # fmt: skip
 
 NUMBERS = ["nan", "inf", "-1", "0", str(10**12)]
+TOO_LONG = {"a name too long": "n" * 300, "a path too long": "/".join(["d" * 250] * 17)}  # over 255 and 4096 bytes
 PATHS = {  # kind -> {hostile value's name: the path given}
     "input": {"a folder": "folder", "a missing file": "missing.txt", "a FIFO": "fifo", "/dev/null": "/dev/null",
               "a path through a regular file": "regular.txt/x"},
@@ -87,6 +88,7 @@ PATHS = {  # kind -> {hostile value's name: the path given}
     "output_dir": {"a regular file": "regular.txt", "a FIFO": "fifo", "/dev/null": "/dev/null",
                    "a path through a regular file": "regular.txt/x"},
 }  # fmt: skip
+PATHS = {kind: {**values, **TOO_LONG} for kind, values in PATHS.items()}
 
 # Values that are legitimate, with the reason. Keys: (entry point, flag, value or hostile path's name).
 ALLOWED = {

@@ -74,6 +74,39 @@ def test_extra_flags_that_set_the_preset_are_refused_in_favour_of_preset(tmp_pat
     assert proc.stdout == "" and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [("--max_steps 2", "--max_steps is for pretrain and finetune, not evaluate"),
+     ("--no_such_flag", "unrecognized arguments: --no_such_flag"),
+     ("--pre handout", "ambiguous option: --pre could match --pretrain_lr, --preset"),
+     ("--pret 1e-3", "run.py finetune: error: unrecognized arguments: --pret 1e-3")],
+)  # fmt: skip
+def test_extra_flags_that_a_step_would_refuse_are_refused_before_the_first_step(tmp_path, flags, said):
+    proc = run_sh(tmp_path, EXTRA_FLAGS=flags, PRESET="cpu")
+    assert proc.returncode == 2
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("run.sh:")]
+    assert said in line and "== " not in proc.stdout and not (tmp_path / "out").exists()
+
+
+def test_an_out_dir_that_is_a_symlink_loop_or_in_a_folder_without_write_permission_is_refused(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    proc = run_sh(tmp_path, OUT_DIR=str(tmp_path / "loop"))
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"run.sh: OUT_DIR '{tmp_path / 'loop'}' is a symlink that cannot be followed"
+    ]
+    if os.geteuid() != 0:  # root may write anywhere
+        (tmp_path / "ro").mkdir(mode=0o555)
+        proc = run_sh(tmp_path, OUT_DIR=str(tmp_path / "ro" / "out"))
+        assert proc.returncode == 2 and "is not writable" in proc.stderr
+
+
+def test_run_sh_reached_through_a_symlink_runs_from_its_checkout(tmp_path):
+    (tmp_path / "run.sh").symlink_to(REPO_ROOT / "run.sh")
+    env = {**os.environ, "OUT_DIR": str(tmp_path / "out"), "VARIANTS": "bogus"}
+    proc = subprocess.run(["bash", str(tmp_path / "run.sh")], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("run.sh: VARIANTS: unknown variant 'bogus'")
+
+
 def git_checkout() -> None:
     if not (REPO_ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout: run.sh cannot tell which files git tracks")
@@ -104,12 +137,12 @@ def test_an_out_dir_that_is_a_file_is_refused(tmp_path):
 
 def test_run_sh_stops_at_the_first_failed_step_naming_it_and_its_log_and_writes_no_report(tmp_path):
     real_data("birth_dev.tsv")  # the London step before the failing one reads it
-    proc = run_sh(tmp_path, EXTRA_FLAGS="--no_such_flag", PRESET="cpu")
+    proc = run_sh(tmp_path, EXTRA_FLAGS="--n_head 3", PRESET="cpu")  # every command takes it; no model can
     out = tmp_path / "out"
     assert proc.returncode != 0
     log = out / "vanilla_nopretrain_finetune.log"
     assert f"run.sh: step vanilla_nopretrain_finetune failed (exit code 2); see {log}" in proc.stderr
-    assert "--no_such_flag" in log.read_text()
+    assert "--n_head 3" in log.read_text()
     assert "== vanilla_nopretrain_dev" not in proc.stdout and "run.sh: done" not in proc.stdout
     assert (out / "times.txt").read_text().split()[0::2] == ["london"]
     assert not (out / "report.md").exists() and not list(out.glob("*.params"))
