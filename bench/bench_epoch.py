@@ -274,7 +274,8 @@ def paired(args: argparse.Namespace, argv: list[str]) -> list[dict]:
     """--rounds runs of this checkout's src/ and of --paired's, alternating, each in its own process;
     one row per variant: this checkout's medians with the other's step and paired_speedup (theirs / ours)."""
     runs: dict[str, list[list[dict]]] = {"ours": [], "theirs": []}
-    own = [a for i, a in enumerate(argv) if a not in ("--paired", "--rounds") and argv[i - 1 : i] not in (["--paired"], ["--rounds"])]  # fmt: skip
+    own = [a for i, a in enumerate(argv) if a not in ("--paired", "--rounds", "--no_record")
+           and argv[i - 1 : i] not in (["--paired"], ["--rounds"])]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for who, src in (("theirs", args.paired), ("ours", args.src))[:: 1 if r % 2 else -1]:

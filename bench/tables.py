@@ -346,7 +346,7 @@ def epoch_table() -> str:
         what = f"{variant}, --preset {preset}, batch {r['batch_size']}"
         seconds = f"{r['seconds_per_step']:.2f} s"
         if paired:
-            what += f", micro-batches of {r['micro_batch']}"
+            what += f", micro-batches of {r['micro_batch']}" if r["micro_batch"] else ""
             before, after = (statistics.median(r["paired_seconds"][k]) for k in ("theirs", "ours"))
             seconds = (
                 f"{after:.2f} s (before, {r['paired_with']['commit'][:7]}: {before:.2f} s; {r['paired_speedup']:.2f}x)"
