@@ -46,6 +46,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("vanilla", "perceiver", "rope")
+CPU = torch.device("cpu")
 PARTS = ("forward", "backward", "optimizer", "data", "other")
 NS_ROUNDS = 5  # optim.orthogonalize's default
 
@@ -75,18 +76,22 @@ def chosen_precision(src: SimpleNamespace, fp32: bool) -> bool:
     return not fp32 and src.utils.bf16_supported(torch.device("cpu"))
 
 
-def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, windows: int = 5, seconds: float = 0.25) -> float:
-    """GFLOP/s of (m, k) @ (k, n) in `dtype`: the best of `windows` runs of about `seconds` each after a
-    warm-up (the best, as another process on a shared machine only ever slows a window down)."""
-    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, windows: int = 5, seconds: float = 0.25,
+                  device: torch.device = CPU) -> float:  # fmt: skip
+    """GFLOP/s of (m, k) @ (k, n) in `dtype` on `device`: the best of `windows` runs of about `seconds` each
+    after a warm-up (the best, as another process on a shared machine only ever slows a window down)."""
+    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(3):
         a @ b
     best = 0.0
     for _ in range(windows):
+        sync()
         reps, t0 = 0, time.perf_counter()
         while reps < 2 or time.perf_counter() - t0 < seconds:
             a @ b
             reps += 1
+        sync()
         best = max(best, 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9)
     return best
 

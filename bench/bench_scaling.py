@@ -47,6 +47,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_epoch  # noqa: E402
 
 import machine as policy  # noqa: E402
 import utils  # noqa: E402
@@ -290,24 +293,9 @@ def machine(device: torch.device) -> dict:
             **found, "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
 
 
-def matmul_gflops(n: int, device: torch.device, precision: str, windows: int = 5, seconds: float = 0.25) -> float:
-    """GFLOP/s of an n×n by n×n matmul in `precision` on `device`: the best of `windows` runs of about
-    `seconds` after a warm-up (the best, as another process only ever slows a window down)."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(3):
-        a @ b
-    sync()
-    best = 0.0
-    for _ in range(windows):
-        reps, t0 = 0, time.perf_counter()
-        while reps < 2 or time.perf_counter() - t0 < seconds:
-            a @ b
-            reps += 1
-        sync()
-        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9)
-    return best
+def matmul_gflops(n: int, device: torch.device, precision: str) -> float:
+    """GFLOP/s of an n×n by n×n matmul in `precision` on `device` (bench_epoch's measurement of the peak)."""
+    return bench_epoch.matmul_gflops(n, n, n, torch.bfloat16 if precision == "bf16" else torch.float32, device=device)
 
 
 def finish(row: dict) -> dict:
@@ -324,7 +312,7 @@ def measure(args: argparse.Namespace, record: Callable[[dict], None]) -> list[di
     device = torch.device(args.device)
     precision = choose_precision(device, args.fp32)
     where = machine(device)
-    peak = matmul_gflops(args.peak_n, device, precision, windows=2 if args.quick else 5)
+    peak = matmul_gflops(args.peak_n, device, precision)
     common = {"bench": "scaling", "run": time.strftime("%Y-%m-%dT%H:%M:%S"), "date": time.strftime("%Y-%m-%d %H:%M"),
               "command": " ".join(sys.argv), "commit": utils.provenance(device)["commit"], "machine": where,
               "precision": precision, "quick": args.quick, "tokens": args.tokens, "peak_gflops": peak}  # fmt: skip

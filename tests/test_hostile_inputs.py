@@ -210,7 +210,7 @@ def reader(corpus: Path, tsv: Path) -> str:
                      "--recite_chars", "40")  # fmt: skip
 
 
-@pytest.mark.parametrize("chars", [None, "abc", 100000, -5, True])
+@pytest.mark.parametrize("chars", [None, "abc", 100000, -5, True, 125])  # 125: no room left for an answer
 def test_a_readers_sidecar_with_a_bad_recitation_length_is_refused(
     tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, chars
 ):
