@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
-from config import training_bytes  # noqa: E402
+from config import memory_problem  # noqa: E402
 from dataset import Vocabulary, read_text  # noqa: E402
 from machine import choose, pick_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -43,7 +43,6 @@ from utils import (  # noqa: E402
     UserError,
     check_input,
     check_output_file,
-    physical_memory,
     refuse_same_file,
     seed_everything,
 )
@@ -404,10 +403,8 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
         p.error(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}")
     if args.sample_chars > MAX_SAMPLE:  # each character is one more step of generation, kept in memory
         p.error(f"--sample_chars must be at most {MAX_SAMPLE:,}, got {args.sample_chars}")
-    need = training_bytes(args.n_layer, args.n_embd, 2, args.block_size)  # refused before the text is read
-    if need > physical_memory():
-        p.error(f"--n_layer {args.n_layer} --n_embd {args.n_embd}: {need / 2**30:,.0f} GiB to train; this machine "
-                f"has {physical_memory() / 2**30:,.0f} GiB")  # fmt: skip
+    if memory := memory_problem(args.n_layer, args.n_embd, 2, args.block_size):  # before the text is read
+        p.error(memory)
     args.top_k = args.top_k or None
     return DemoConfig(**vars(args))
 

@@ -89,8 +89,9 @@ def evaluate(
 def eval_questions(args: RunConfig, vocab: Vocabulary) -> tuple[Path, list[Question | None], Vocabulary]:
     """evaluate's questions (one entry per line of --eval_corpus_path), checked; an ensemble of direct answers
     that a recite reader would join is refused."""
-    readers = [p for p in [args.reading_params_path, *(args.ensemble_params or [])] if reader_link(p) is not None]
-    if args.ensemble_params and readers:
+    members = [args.reading_params_path, *args.ensemble_params] if args.ensemble_params else []
+    readers = [p for p in members if reader_link(p) is not None]  # evaluate itself links a lone reader
+    if readers:
         raise UserError(f"{readers[0]} is a recite reader; --ensemble_params combines direct answers only")
     path = locate_data(args.eval_corpus_path)
     entries = read_questions(path, require_place=False)
@@ -116,8 +117,8 @@ def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Pat
     """A UserError naming file and line for a question that cannot be asked (dataset.question_problem) or
     has a character outside the vocabulary (None entries are blank lines)."""
     for q in (q for q in entries if q is not None):
-        if question_problem(q.text, BLOCK_SIZE):
-            raise UserError(f"{path}:{q.line}: the question {question_problem(q.text, BLOCK_SIZE)}")
+        if problem := question_problem(q.text, BLOCK_SIZE):
+            raise UserError(f"{path}:{q.line}: the question {problem}")
         vocab.encode(q.text, where=f"{path}:{q.line}")
 
 
@@ -184,7 +185,7 @@ def report_accuracy(label: str, questions: list[Question], predictions: list[str
 def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
     """Answer one question (checked by config.check_args): the greedy answer, its confidence, and the top 3
     answers of a beam search."""
-    question, vocab = args.question.strip(), corpus.vocab
+    question, vocab = args.question, corpus.vocab
     vocab.encode(question, where=f"question {question!r}")
     load_params(model, vocab, args.reading_params_path)
     model.to(device)

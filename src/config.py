@@ -283,10 +283,12 @@ def build_model(args: RunConfig, vocab_size: int, variant: str | None = None) ->
     return GPT(config)
 
 
-def training_bytes(n_layer: int, n_embd: int, vocab_size: int = 256, block_size: int = BLOCK_SIZE) -> int:
-    """What training a GPT of these sizes holds in memory: fp32 weights, gradients and AdamW's two moments,
-    16 bytes a parameter."""
-    return 16 * (n_layer * 12 * n_embd**2 + (2 * vocab_size + block_size) * n_embd)
+def memory_problem(n_layer: int, n_embd: int, vocab_size: int = 256, block_size: int = BLOCK_SIZE) -> str | None:
+    """Why a GPT of these sizes cannot train on this machine: its fp32 weights, gradients and AdamW's two
+    moments (16 bytes a parameter) exceed the memory; else None."""
+    need, have, gb = 16 * (n_layer * 12 * n_embd**2 + (2 * vocab_size + block_size) * n_embd), physical_memory(), 2**30
+    sizes = f"--n_layer {n_layer} --n_embd {n_embd}: {need / gb:,.0f} GiB to train"
+    return f"{sizes}; this machine has {have / gb:,.0f} GiB" if need > have else None
 
 
 def problems(args: RunConfig) -> Iterator[str]:
@@ -303,9 +305,8 @@ def problems(args: RunConfig) -> Iterator[str]:
         yield f"rope needs an even head size; --n_embd {a.n_embd} / --n_head {a.n_head} is odd"
     if a.variant == "perceiver" and a.n_layer < 2:
         yield "the perceiver needs --n_layer of at least 2 (down and up blocks)"
-    if training_bytes(a.n_layer, a.n_embd) > physical_memory():
-        yield (f"--n_layer {a.n_layer} --n_embd {a.n_embd}: {training_bytes(a.n_layer, a.n_embd) / 2**30:,.0f} GiB "
-               f"to train; this machine has {physical_memory() / 2**30:,.0f} GiB")  # fmt: skip
+    if memory := memory_problem(a.n_layer, a.n_embd):
+        yield memory
     name = a.tb_expt_name
     if not name or name in (".", "..") or "/" in name or len(name) > 100:
         yield f"--tb_expt_name must be a plain name of at most 100 characters (no folders, not '.'), got {name!r}"
@@ -313,8 +314,8 @@ def problems(args: RunConfig) -> Iterator[str]:
         yield "--recite recites with the pretrained --reading_params_path; give it"
     if a.recite_chars is not None and not a.recite:
         yield "--recite_chars is for finetune --recite"
-    if a.question and question_problem(a.question, BLOCK_SIZE):
-        yield f"the question {question_problem(a.question, BLOCK_SIZE)}"
+    if a.question and (question := question_problem(a.question, BLOCK_SIZE)):
+        yield f"the question {question}"
 
 
 QUESTION_NEEDED = 'a question after the corpus, e.g. "Where was Ada Lovelace born?"'

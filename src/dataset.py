@@ -46,8 +46,8 @@ class Vocabulary:
     """Character <-> id map: PAD = 0, MASK = 1, then the sorted characters of a corpus."""
 
     def __init__(self, chars: list[str]):
-        if reserved_problem("".join(chars)):
-            raise UserError(f"the corpus {reserved_problem(''.join(chars))}")
+        if reserved := reserved_problem("".join(chars)):
+            raise UserError(f"the corpus {reserved}")
         self.itos = [PAD_CHAR, MASK_CHAR] + sorted(set(chars))
         self.stoi = {c: i for i, c in enumerate(self.itos)}
 

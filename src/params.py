@@ -137,7 +137,8 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
         missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
         problem = (f"params look like a {kind} model, this run builds a {want['variant']} one (missing "
                    f"{missing[:3]}, unexpected {unexpected[:3]})")  # fmt: skip
-    for k in [] if problem else [k for k, v in state.items() if v.shape != expected[k].shape][:1]:
+    k = None if problem else next((k for k, v in state.items() if v.shape != expected[k].shape), None)
+    if k is not None:
         problem = (f"{k} has shape {tuple(state[k].shape)}, this model needs {tuple(expected[k].shape)} (another "
                    "bottleneck_dim, vocabulary or model size?)")  # fmt: skip
     if problem:

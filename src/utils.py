@@ -48,14 +48,10 @@ def setting(default: Any, help: str | None, **rule_and_options: Any) -> Any:
 def setting_problems(settings: object) -> Iterator[str]:
     """'--name must be ..., got value' for each number of dataclass `settings` outside its field's rule."""
     for f in fields(settings):
-        value, rule = getattr(settings, f.name), {k: f.metadata.get(k) for k in ("at_least", "above", "at_most")}
-        if (
-            not isinstance(value, int | float)
-            or isinstance(value, bool)
-            or not any(v is not None for v in rule.values())
-        ):
+        value = getattr(settings, f.name)
+        low, above, high = (f.metadata.get(k) for k in ("at_least", "above", "at_most"))
+        if isinstance(value, bool) or not isinstance(value, int | float) or (low, above, high) == (None, None, None):
             continue
-        low, above, high = rule.values()
         if not (math.isfinite(value) and (low is None or value >= low) and (above is None or value > above)
                 and (high is None or value <= high)):  # fmt: skip
             words = "a positive number" if above == 0 else f"above {above}" if above is not None else ""

@@ -28,11 +28,11 @@ def test_the_cli_module_holds_at_most_400_lines():
 
 # src/ without the AddSub demo held 2,775 lines before the refactor into one path and one config, 3,360 with
 # the recite protocol and the thread choice, 3,812 with the guards against hostile input, what a user sees
-# (TensorBoard runs, progress, help) and the micro-batches; 4,048 with the machine policy measured and cached
+# (TensorBoard runs, progress, help) and the micro-batches; 4,047 with the machine policy measured and cached
 # (machine.py), the loop's named TrainState, sealed checkpoints and params verified by hash everywhere, each
 # flag's rule beside its field and the file rules in one function each. The goal is 3,500: a feature pays for
 # its lines with a simplification, and the ceiling only comes down (raise it on purpose, saying why).
-SRC_LINES_CEILING = 4048
+SRC_LINES_CEILING = 4047
 
 
 def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():
