@@ -1,20 +1,13 @@
-"""Benchmark AddSub: train our recipe and the course default, score both on the
-held-out test split, print a markdown table and write bench/results/addsub.{json,md}.
+"""Benchmark AddSub: train our recipe and the course default, score both on the held-out test split, print a
+markdown table and write bench/results/addsub.{json,md}.
 
     python bench/addsub_bench.py                  # about 5 minutes on an idle 2-core CPU
     python bench/addsub_bench.py --skip_ablation  # only the recipe and the course default
 
-Runs:
-- recipe: the course architecture (4+4 layers, width 32, ff 32, 4 heads,
-  sinusoidal) with dropout off, batch 128, AdamW lr 2e-3 (200 warmup steps,
-  cosine decay), gradient clipping at 1.0, 60 epochs, weights of the best
-  validation epoch;
-- course default: every default of AddSubConfig and TrainConfig (dropout 0.2,
-  Adam lr 1e-3 constant, batch 64, 10 epochs);
-- ablation: the recipe with the course's dropout 0.2, to show what it costs.
-
-Wall-clock seconds depend on what else runs on the machine; the load average
-before and after is recorded beside them. Nothing here is asserted.
+recipe: the course architecture with dropout off, batch 128, AdamW lr 2e-3 (200 warm-up steps, cosine),
+clipping at 1.0, 60 epochs, the best validation epoch's weights; course default: every default of
+AddSubConfig and TrainConfig; ablation: the recipe with the course's dropout 0.2. Wall-clock seconds are
+recorded beside the load average before and after; nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -32,15 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from addsub import (  # noqa: E402
-    AddSubConfig,
-    AddSubTransformer,
-    TrainConfig,
-    evaluate,
-    load_split,
-    save_params,
-    train,
-)
+from addsub import AddSubConfig, AddSubTransformer, TrainConfig, evaluate, load_split, train  # noqa: E402
 from utils import write_json_atomic, write_text_atomic  # noqa: E402
 
 RECIPE_TRAIN = TrainConfig(
@@ -53,14 +38,14 @@ RUNS = {
 }
 
 
-def run_one(cfg: AddSubConfig, tcfg: TrainConfig, data: dict, progress: bool) -> tuple[AddSubTransformer, dict]:
-    """Train from seed, score the best-val weights on test; returns (model, figures)."""
+def run_one(cfg: AddSubConfig, tcfg: TrainConfig, data: dict, progress: bool) -> dict:
+    """Train from seed, score the best-val weights on test; returns the figures."""
     torch.manual_seed(tcfg.seed)
     model = AddSubTransformer(cfg)
     load_before = os.getloadavg()[0]
     summary = train(model, data["train"], data["val"], tcfg, logdir=None, progress=progress)
     test = evaluate(model, *data["test"])
-    return model, {
+    return {
         "test_exact_match": test["exact_match"],
         "test_token_accuracy": test["token_accuracy"],
         "test_n": test["n"],
@@ -102,7 +87,6 @@ def main() -> None:
     p.add_argument("--data_dir", default=str(REPO / "data" / "addsub"), help="folder with the split files")
     p.add_argument("--out_dir", default=str(REPO / "bench" / "results"), help="where addsub.json and addsub.md go")
     p.add_argument("--skip_ablation", action="store_true", help="do not run the recipe with dropout 0.2")
-    p.add_argument("--save_params", default=None, help="also save the recipe's model here (for ask/evaluate)")
     p.add_argument("--no_progress", action="store_true", help="hide tqdm bars and per-epoch lines")
     args = p.parse_args()
 
@@ -112,10 +96,8 @@ def main() -> None:
         if args.skip_ablation and name.startswith("ablation"):
             continue
         print(f"== {name}: {describe(cfg, tcfg)}", flush=True)
-        model, results[name] = run_one(cfg, tcfg, data, progress=not args.no_progress)
+        results[name] = run_one(cfg, tcfg, data, progress=not args.no_progress)
         print(f"   test exact-match {results[name]['test_exact_match']:.4f}, {results[name]['train_seconds']:.0f}s")
-        if name == "recipe" and args.save_params:
-            save_params(args.save_params, model, {"bench": results[name]})
 
     recipe = results["recipe"]
     report = {

@@ -5,54 +5,45 @@
     python bench/bench_epoch.py --preset handout --variants vanilla --paired /tmp/base/src --rounds 3
         # the same step with another checkout's src/ (a `git worktree`), alternating runs: paired_speedup
 
-(1) The peak: a 2048^3 matmul, and one of the model's own shapes ((2048, 256) x (256, 1024)), in the
-    precision training uses (bf16 where the hardware has it natively and --fp32 is not given, else fp32).
-(2) For each variant, the model, data and trainer of `run.py pretrain VARIANT wiki.txt --preset P`
-    (config.resolve, build_model, trainer_config, Trainer; perceiver with --bottleneck_dim 64), then
-    --warmup and --steps steps driven here from the trainer's own pieces, as Trainer.optimize runs them
-    (Trainer.micro_batches, the model, clipping, the optimizer), timed in parts: forward (with the
-    loss), backward, optimizer, data (building one epoch's batches, per batch) and other (the rest of
-    the step: splitting, clipping, the learning rate, reading the loss).
-(3) FLOPs. The model's are counted by torch.utils.flop_counter on every micro-batch shape the steps
-    ran (matmuls, attention included; forward and backward). For vanilla and rope that is nanoGPT's
-    6·N·P + 12·n_layer·n_embd·T·P (within 1%), N the parameters of the matmuls (all but the embedding tables),
-    P the positions computed (x.numel() of the cropped micro-batches) and T each micro-batch's width;
-    the perceiver's middle blocks see only its m bottleneck positions, which the counter follows.
-    Muon's Newton–Schulz iteration (optim.orthogonalize) costs 5 rounds × (4·s²·l + 2·s³) for each
-    s×l matrix (s the short side); its spectral form (fp32 CPUs) one round's worth and an eigh, not
-    counted. achieved_gflops = model FLOPs / step seconds; mfu = achieved_gflops / peak_gflops (the
-    2048^3 matmul), nanoGPT's MFU against the measured peak instead of a datasheet's.
-
-Prints a table and appends one JSON row per variant (bench "epoch") to --out. Wall-clock on a shared
-machine is noisy: --paired alternates the two checkouts and reports the ratio of their medians.
+Per variant, what `run.py pretrain VARIANT wiki.txt --preset P` builds (perceiver m = 64), its steps timed in
+parts as Trainer.optimize runs them: forward, backward, optimizer, data (per batch) and other. Model FLOPs by
+torch's counter on every micro-batch shape; Muon's Newton–Schulz: 5 rounds × (4·s²·l + 2·s³) per s×l matrix
+(not counted in its spectral form). mfu: achieved GFLOP/s over the measured 2048^3 matmul peak in the
+precision training uses. Appends one row per variant to --out.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("vanilla", "perceiver", "rope")
+sys.path.insert(0, str(ROOT / "bench"))
+
+import research  # noqa: E402
+
 CPU = torch.device("cpu")
 PARTS = ("forward", "backward", "optimizer", "data", "other")
 NS_ROUNDS = 5  # optim.orthogonalize's default
+FLAGS = {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"}  # recorded where the CPU has them
 
 
 def load_src(src: Path) -> SimpleNamespace:
-    """The modules of the src/ folder `src` (this checkout's, or another's for a paired comparison)."""
+    """The modules of the src/ folder `src`: this checkout's, or another's (replacing those research.py imported)."""
+    if src.resolve() != ROOT / "src":
+        for name, module in list(sys.modules.items()):
+            if Path(getattr(module, "__file__", None) or "/").parent == ROOT / "src":
+                del sys.modules[name]
     sys.path.insert(0, str(src))
     import config, dataset, optim, trainer, utils  # noqa: E401, I001
 
@@ -69,31 +60,10 @@ def autocast(src: SimpleNamespace, device: torch.device, bf16: bool):
 
 
 def chosen_precision(src: SimpleNamespace, fp32: bool) -> bool:
-    """Whether training uses bf16 on this CPU: measured by src/'s machine policy (or, before it, the rule
-    of a src/ that went by what torch calls supported)."""
+    """Whether training uses bf16 on this CPU, by src/'s machine policy (before it: what torch calls supported)."""
     if src.machine is not None:
-        return src.machine.choose(torch.device("cpu"), fp32, say=False)["precision"] == "bf16"
-    return not fp32 and src.utils.bf16_supported(torch.device("cpu"))
-
-
-def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, windows: int = 5, seconds: float = 0.25,
-                  device: torch.device = CPU) -> float:  # fmt: skip
-    """GFLOP/s of (m, k) @ (k, n) in `dtype` on `device`: the best of `windows` runs of about `seconds` each
-    after a warm-up (the best, as another process on a shared machine only ever slows a window down)."""
-    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(3):
-        a @ b
-    best = 0.0
-    for _ in range(windows):
-        sync()
-        reps, t0 = 0, time.perf_counter()
-        while reps < 2 or time.perf_counter() - t0 < seconds:
-            a @ b
-            reps += 1
-        sync()
-        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9)
-    return best
+        return src.machine.choose(CPU, fp32, say=False)["precision"] == "bf16"
+    return not fp32 and src.utils.bf16_supported(CPU)
 
 
 def newton_schulz_flops(optimizer) -> float:
@@ -106,21 +76,16 @@ def newton_schulz_flops(optimizer) -> float:
     return float(sum(rounds * (4 * short * short * long + 2 * short**3) for short, long in shapes))
 
 
-class FlopCount:
-    """Forward-and-backward FLOPs of `model` per micro-batch shape, counted once per shape on a copy."""
+def flops_by_shape(model: torch.nn.Module, autocast: Callable) -> Callable:
+    """A function (x, y) -> the FLOPs of forward and backward on a copy of `model`, counted once per shape."""
+    model, counted = copy.deepcopy(model), {}
 
-    def __init__(self, model: torch.nn.Module, autocast):
-        self.model, self.autocast, self.by_shape = copy.deepcopy(model), autocast, {}
+    def flops(x: torch.Tensor, y: torch.Tensor) -> int:
+        if x.shape not in counted:
+            counted[x.shape] = research.count_flops(model, x, y, autocast)
+        return counted[x.shape]
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> int:
-        if x.shape not in self.by_shape:
-            with FlopCounterMode(display=False) as counter:
-                with self.autocast():
-                    _, loss = self.model(x, y)
-                loss.backward()
-            self.model.zero_grad(set_to_none=True)
-            self.by_shape[x.shape] = counter.get_total_flops()
-        return self.by_shape[x.shape]
+    return flops
 
 
 def split(trainer, x: torch.Tensor, y: torch.Tensor) -> list:
@@ -131,8 +96,7 @@ def split(trainer, x: torch.Tensor, y: torch.Tensor) -> list:
 
 
 def timed_step(src: SimpleNamespace, trainer, x: torch.Tensor, y: torch.Tensor, clock: dict) -> torch.Tensor:
-    """One optimizer step on the batch x, y (B, T), as Trainer.optimize takes it, with the seconds of its
-    forward, backward and optimizer parts added to `clock`; returns the loss."""
+    """One step on x, y (B, T) as Trainer.optimize takes it, its parts' seconds added to `clock` -> the loss."""
     cfg, model, device = trainer.config, trainer.model, trainer.device
     model.zero_grad(set_to_none=True)
     loss = 0.0
@@ -152,30 +116,27 @@ def timed_step(src: SimpleNamespace, trainer, x: torch.Tensor, y: torch.Tensor, 
     return loss
 
 
-def build(src: SimpleNamespace, args: argparse.Namespace, variant: str):
+def build(src: SimpleNamespace, args, variant: str):
     """The dataset and trainer that `run.py pretrain VARIANT CORPUS --preset P` (and the size flags) builds."""
     typed = {"function": "pretrain", "variant": variant, "pretrain_corpus_path": str(args.corpus),
              "preset": args.preset, "bottleneck_dim": 64, "fp32": args.fp32 or None, "batch_size": args.batch_size,
              "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd}  # fmt: skip
     run_config = src.config.resolve(typed)
     src.utils.seed_everything(run_config.seed)
-    corpus = src.dataset.CharCorruptionDataset(
-        src.dataset.read_text(args.corpus), src.config.BLOCK_SIZE, max_offset=run_config.doc_offset
-    )
+    corpus = src.dataset.CharCorruptionDataset(src.dataset.read_text(args.corpus), src.config.BLOCK_SIZE)
     model = src.config.build_model(run_config, corpus.vocab_size)
     if src.machine is not None:
-        chosen = src.machine.choose(torch.device("cpu"), run_config.fp32, say=False)
+        chosen = src.machine.choose(CPU, run_config.fp32, say=False)
         cfg = src.config.trainer_config(run_config, len(corpus), len(corpus), corpus.example_length, chosen)
     else:  # a src/ before the machine policy
         cfg = src.config.trainer_config(run_config, len(corpus))
     cfg = replace(cfg, ckpt_path=None)
     if args.micro_batch is not None:
         cfg = replace(cfg, micro_batch=args.micro_batch)
-    device = torch.device("cpu")
-    return corpus, src.trainer.Trainer(model, corpus, cfg, device), run_config
+    return corpus, src.trainer.Trainer(model, corpus, cfg, CPU), run_config
 
 
-def measure_variant(src: SimpleNamespace, args: argparse.Namespace, variant: str) -> dict:
+def measure_variant(src: SimpleNamespace, args, variant: str) -> dict:
     """Time --warmup then --steps steps of `variant`; returns its results (no peak or machine yet)."""
     corpus, trainer, run_config = build(src, args, variant)
     cfg = trainer.config
@@ -185,18 +146,18 @@ def measure_variant(src: SimpleNamespace, args: argparse.Namespace, variant: str
     epoch_positions = sum(xs.numel() for x, y in epoch for xs, _, _ in split(trainer, x, y))
     batches = list(trainer.batches(0))
     batches = (batches * (1 + (args.warmup + args.steps) // len(batches)))[: args.warmup + args.steps]
-    flops = FlopCount(trainer.model, lambda: autocast(src, trainer.device, cfg.bf16))
+    flops = flops_by_shape(trainer.model, lambda: autocast(src, trainer.device, cfg.bf16))
     trainer.model.train()
     clock = dict.fromkeys(PARTS, 0.0)
     positions = padded = targets = model_flops = 0
-    losses, wall = [], 0.0
+    wall = 0.0
     for i, (x, y) in enumerate(batches):
         if i == args.warmup:
             clock = dict.fromkeys(PARTS, 0.0)
         t0 = time.perf_counter()
         loss = timed_step(src, trainer, x, y, clock)
         trainer.schedule(x.size(0) * corpus.example_length)
-        losses.append(loss.item())
+        final_loss = loss.item()
         if i >= args.warmup:
             wall += time.perf_counter() - t0
             parts = split(trainer, x, y)
@@ -230,42 +191,36 @@ def measure_variant(src: SimpleNamespace, args: argparse.Namespace, variant: str
             "batches": len(epoch),
             "positions": epoch_positions,
             "seconds": step / (positions / n) * epoch_positions,
-        },  # fmt: skip
-        "final_loss": losses[-1],
+        },
+        "final_loss": final_loss,
     }
 
 
 def machine(src: SimpleNamespace, bf16: bool, peak_n: int) -> dict:
     """The machine's part of a row: its CPU, threads, torch, precision and measured matmul peaks."""
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    info = src.utils.cpu_info()
-    # research.cpu_name's spelling, built here: research imports this checkout's src/, not --src's
-    flags = info.get("flags", "").split()
-    native = "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "no bf16"  # the CPU's own words
-    name = f"{info.get('model name', '?')} [family {info.get('cpu family', '?')}, model {info.get('model', '?')}]"
-    other = torch.float32 if bf16 else torch.bfloat16
-    probe = src.machine.choose(torch.device("cpu"), say=False) if src.machine is not None else {}
+    dtype, other = (torch.bfloat16, torch.float32) if bf16 else (torch.float32, torch.bfloat16)
+    info = research.cpu_info()
+    probe = src.machine.choose(CPU, say=False) if src.machine is not None else {}
     return {
-        "cpu_name": f"{name} ({torch.backends.cpu.get_cpu_capability()}, {native})",
+        "cpu_name": research.cpu_name(),
         "cpu": {k: info[k] for k in ("model name", "cpu family", "model", "stepping") if k in info},
-        "flags": sorted(set(flags) & {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"}),
+        "flags": sorted(research.cpu_flags() & FLAGS),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "precision": "bf16" if bf16 else "fp32",
-        "peak_gflops": matmul_gflops(peak_n, peak_n, peak_n, dtype),
-        "other_precision_peak_gflops": matmul_gflops(peak_n, peak_n, peak_n, other),
-        "shape_gflops": matmul_gflops(2048, 256, 1024, dtype),
+        "peak_gflops": research.matmul_gflops(peak_n, peak_n, peak_n, dtype),
+        "other_precision_peak_gflops": research.matmul_gflops(peak_n, peak_n, peak_n, other),
+        "shape_gflops": research.matmul_gflops(2048, 256, 1024, dtype),
         "probe": {k: probe[k] for k in ("bf16_gflops", "fp32_gflops") if k in probe},  # one core: machine.choose
     }
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
+def measure(args) -> list[dict]:
     """Every variant's row, with the machine, provenance and achieved/peak figures."""
     src = load_src(args.src)
-    bf16 = chosen_precision(src, args.fp32)
-    where = machine(src, bf16, args.peak_n)
-    common = {"bench": "epoch", **where, "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
-              "commit": src.utils.provenance(torch.device("cpu"))["commit"], "src": str(args.src)}  # fmt: skip
+    common = {"bench": "epoch", **machine(src, chosen_precision(src, args.fp32), args.peak_n),
+              "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
+              "commit": src.utils.provenance(CPU)["commit"], "src": str(args.src)}  # fmt: skip
     rows = []
     for variant in args.variants:
         row = {**common, **measure_variant(src, args, variant)}
@@ -275,9 +230,9 @@ def measure(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def paired(args: argparse.Namespace, argv: list[str]) -> list[dict]:
-    """--rounds runs of this checkout's src/ and of --paired's, alternating, each in its own process;
-    one row per variant: this checkout's medians with the other's step and paired_speedup (theirs / ours)."""
+def paired(args, argv: list[str]) -> list[dict]:
+    """--rounds runs of this checkout's src/ and of --paired's, alternating, each in its own process; one row
+    per variant: this checkout's median run, with both sides' steps and paired_speedup (theirs / ours)."""
     runs: dict[str, list[list[dict]]] = {"ours": [], "theirs": []}
     own = [a for i, a in enumerate(argv) if a not in ("--paired", "--rounds", "--no_record")
            and argv[i - 1 : i] not in (["--paired"], ["--rounds"])]  # fmt: skip
@@ -285,28 +240,16 @@ def paired(args: argparse.Namespace, argv: list[str]) -> list[dict]:
         for r in range(args.rounds):
             for who, src in (("theirs", args.paired), ("ours", args.src))[:: 1 if r % 2 else -1]:
                 out = Path(tmp) / f"{who}{r}.jsonl"
-                cmd = [sys.executable, __file__, *own, "--src", str(src), "--out", str(out)]
-                subprocess.run(cmd, check=True)
-                runs[who].append([json.loads(line) for line in out.read_text().splitlines()])
+                subprocess.run([sys.executable, __file__, *own, "--src", str(src), "--out", str(out)], check=True)
+                runs[who].append(research.read_jsonl(out))
     rows = []
-    for i, _ in enumerate(runs["ours"][0]):
-        ours, theirs = [run[i] for run in runs["ours"]], [run[i] for run in runs["theirs"]]
-        row = min(
-            ours, key=lambda r: abs(r["seconds_per_step"] - statistics.median(o["seconds_per_step"] for o in ours))
-        )
-        row = {
-            **row,
-            "command": " ".join(sys.argv),
-            "paired_with": {"src": str(args.paired), "commit": theirs[0]["commit"]},
-        }
-        row["paired_seconds"] = {
-            "ours": [r["seconds_per_step"] for r in ours],
-            "theirs": [r["seconds_per_step"] for r in theirs],
-        }
-        row["paired_speedup"] = statistics.median(row["paired_seconds"]["theirs"]) / statistics.median(
-            row["paired_seconds"]["ours"]
-        )
-        rows.append(row)
+    for ours, theirs in zip(zip(*runs["ours"]), zip(*runs["theirs"])):  # a variant's rows, one per round
+        seconds = {"ours": [r["seconds_per_step"] for r in ours], "theirs": [r["seconds_per_step"] for r in theirs]}
+        median = {who: statistics.median(s) for who, s in seconds.items()}
+        row = min(ours, key=lambda r: abs(r["seconds_per_step"] - median["ours"]))
+        paired_with = {"src": str(args.paired), "commit": theirs[0]["commit"]}
+        row = {**row, "command": " ".join(sys.argv), "paired_with": paired_with, "paired_seconds": seconds}
+        rows.append(row | {"paired_speedup": median["theirs"] / median["ours"]})
     return rows
 
 
@@ -325,28 +268,22 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = research.benchmark_parser(__doc__, "speed.jsonl")
     p.add_argument("--preset", default="cpu", choices=["cpu", "handout"], help="run.py's preset (cpu)")
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--steps", type=int, default=30, help="timed steps per variant (30)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (3)")
     p.add_argument("--corpus", type=Path, default=ROOT / "data" / "wiki.txt")
-    p.add_argument("--fp32", action="store_true", help="train in fp32 (as run.py --fp32)")
+    p.add_argument("--batch_size", type=int, default=None, help="as run.py's flag")
     p.add_argument("--micro_batch", type=int, default=None, help="the trainer's micro_batch (0: never split)")
-    for size in ("batch_size", "n_layer", "n_head", "n_embd"):
-        p.add_argument(f"--{size}", type=int, default=None, help="as run.py's flag (tests: tiny models)")
     p.add_argument("--peak_n", type=int, default=2048, help="side of the square matmul timed for the peak")
     p.add_argument("--src", type=Path, default=ROOT / "src", help="the src/ folder to time (another checkout's)")
     p.add_argument("--paired", type=Path, default=None, help="another src/ to alternate with (paired_speedup)")
     p.add_argument("--rounds", type=int, default=3, help="--paired: runs of each")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.jsonl", help="appended to")
-    p.add_argument("--no_record", action="store_true", help="print only")
     args = p.parse_args(argv)
     rows = paired(args, argv) if args.paired else measure(args)
     print(table(rows))
     if not args.no_record:
-        with open(args.out, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+        research.append_jsonl(args.out, rows)
     return 0
 
 

@@ -5,27 +5,11 @@
     python bench/bench_scaling.py --quick --no_record      # T = 32, 64 on a few tokens: a check that it runs
     python bench/plot_scaling.py                           # the figure, bench/results/scaling.png
 
-The model is the handout's (n_layer 4, n_head 8, n_embd 256, vocabulary 256), built by src/'s model.GPT with
-block_size = T and no dropout; the perceiver with bottleneck_dim m = 64. Its attention costs O(T·m) where the
-vanilla's and rope's cost O(T²): this measures what that buys in a training step. Every point sees the same
-number of tokens, batch B = 16384 / T, random tokens.
-
-Per (variant, T), one training step is: forward with the loss, backward, torch.optim.AdamW (fused) step, under
-the bf16 autocast decision training makes (`choose_precision`; --fp32 forces fp32).
-- seconds: the median of the timed steps after warm-up; at large T fewer of both (--point_budget).
-- memory: on CUDA torch.cuda.max_memory_allocated minus the memory allocated before the first step; on CPU
-  each point runs in a fresh process and step_peak_bytes = its peak RSS (ru_maxrss) minus its RSS just before
-  the first step (peak_rss_bytes, baseline_rss_bytes). A process killed (for memory) gives a skipped point.
-- flops: torch.utils.flop_counter on one forward+backward, counted on the meta device (no compute, the same
-  count); analytic_flops is the formula, for comparison. achieved_gflops = flops / seconds; peak_gflops is
-  the best of a few square matmuls in the same precision on the same device, measured once per run, and
-  predicted_seconds = flops / peak: the time the step's FLOPs alone would take at that rate.
-- skipped points: estimated memory over --memory_fraction of the machine's (memory_estimate), or the same
-  variant's previous T over --max_point_seconds; each states why.
-
-Prints a table and appends one JSON row per point (bench "scaling") to --out as it goes. Run it on a quiet
-machine: another process's threads on the same cores slow CPU steps (tiny ones up to 100-fold); each row
-records the 1-minute load average just before its point (load_average).
+The handout's model (the perceiver's m = 64) at block_size T, no dropout, on B = 16384 / T random tokens; a
+step (forward, backward, fused AdamW) in the precision training would use. Per (variant, T): the median step
+seconds; memory (CUDA: peak allocated over the start; CPU: the point's own process's peak RSS over its start);
+torch's count of FLOPs and their time at the measured matmul peak (predicted_seconds). Points whose memory
+would not fit or after a step over --max_point_seconds are skipped. One row per point is appended to --out.
 """
 
 from __future__ import annotations
@@ -43,23 +27,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import bench_epoch  # noqa: E402
+import research  # noqa: E402
 
 import machine as policy  # noqa: E402
 import utils  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
-VARIANTS = ("vanilla", "rope", "perceiver")
 LENGTHS = (128, 256, 512, 1024, 2048, 4096)
 TOKENS = 128 * 128  # B·T of every point: the handout's batch of 128 blocks of 128
-QUICK = {"lengths": (32, 64), "tokens": 512, "warmup": 1, "steps": 2, "peak_n": 512, "n_head": 4, "n_embd": 64}
 SIZES = {"n_layer": 4, "n_head": 8, "n_embd": 256}  # the handout's
+QUICK = {"lengths": (32, 64), "tokens": 512, "warmup": 1, "steps": 2, "peak_n": 512, "n_head": 4, "n_embd": 64}
 MIN_TIMED = 3  # timed steps kept however long a step takes (fewer only when --steps asks for fewer)
 CPU_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16")
 
@@ -100,10 +81,6 @@ def autocast(device: torch.device, precision: str):
     return policy.autocast(device, precision == "bf16")
 
 
-# ---------------------------------------------------------------------------
-# Arithmetic: FLOPs and memory of a point, before running it
-
-
 def analytic_flops(p: Point) -> float:
     """Forward+backward FLOPs (3 × the forward's, matmuls only) of one step, from the shapes: per position
     12·C² per full block (q, k, v, proj, MLP) and C·V for the head, 2 FLOPs a multiply-add; attention
@@ -121,23 +98,18 @@ def analytic_flops(p: Point) -> float:
 
 
 def counted_flops(p: Point) -> int:
-    """Forward+backward FLOPs of one step by torch.utils.flop_counter, on the meta device: the model's own
-    code path (the CPU's plain attention), shapes only, nothing computed or allocated."""
+    """Forward+backward FLOPs of one step by torch's flop counter on the meta device (nothing computed)."""
     with torch.device("meta"):
         model = GPT(p.config())
         x = torch.randint(1, p.vocab_size, (p.batch, p.T))
-    with FlopCounterMode(display=False) as counter:
-        _, loss = model(x, x)
-        loss.backward()
-    return counter.get_total_flops()
+    return research.count_flops(model, x, x)
 
 
 def memory_estimate(p: Point) -> float:
-    """Bytes a point's process needs at its peak, roughly (it decides skipping, nothing else): about 0.5 GB of
-    runtime; per position about 24·C bytes per value byte for each block at full length (the perceiver has
-    two) and 16·V for the logits and their gradients; for vanilla and rope the attention probabilities,
-    B·n_head·T² values kept per layer plus about three more in the layer being computed, and the T×T causal
-    mask buffers (4 bytes each, one per full attention, two in the perceiver) and their bool copies."""
+    """Bytes a point's process needs at its peak, roughly (it decides skipping only): 0.5 GB of runtime; per
+    position 24·C values per block at full length (the perceiver has two) and 16·V bytes for the logits; the
+    attention probabilities, B·n_head·T² values per layer and three more (the perceiver's: B·n_head·m·T, five
+    times); the T×T causal mask buffers (4 bytes each) and their bool copies."""
     value = 2 if p.precision == "bf16" else 4
     positions = p.batch * p.T
     full_blocks = 2 if p.variant == "perceiver" else p.n_layer
@@ -156,8 +128,8 @@ def memory_available(device: torch.device) -> int:
 
 
 def skip_reason(p: Point, previous: dict | None, max_point_seconds: float, available: float) -> str | None:
-    """Why the point should not run, or None: its memory estimate over `available` bytes, or the same variant's
-    previous length (its row `previous`) skipped or slower than max_point_seconds."""
+    """Why the point should not run (its memory estimate over `available` bytes, or the variant's `previous`
+    row skipped or slower than max_point_seconds), or None."""
     needed = memory_estimate(p)
     if needed > available:
         return f"needs about {needed / 1e9:.1f} GB, this machine has {available / 1e9:.1f} GB to give it"
@@ -166,10 +138,6 @@ def skip_reason(p: Point, previous: dict | None, max_point_seconds: float, avail
     if previous is not None and previous["seconds"] > max_point_seconds:
         return f"a step at T={previous['T']} took {previous['seconds']:.1f} s, over --max_point_seconds {max_point_seconds:g}"
     return None
-
-
-# ---------------------------------------------------------------------------
-# Measuring one point
 
 
 def rss_bytes() -> int:
@@ -181,14 +149,12 @@ def rss_bytes() -> int:
 
 
 def timed_steps(step: Callable[[], None], warmup: int, steps: int, budget: float) -> list[float]:
-    """Seconds of each timed call of `step` after the warm-up. The first warm-up call sets how many run: one
-    warm-up instead of `warmup` when all of them would pass `budget` seconds, and as many timed calls as fit
-    in it, between min(steps, MIN_TIMED) and `steps`."""
+    """Seconds of each timed call of `step` after the warm-up (the first call at least), whose first call sets
+    how many run: one warm-up when `warmup` and `steps` would pass `budget` seconds, and as many timed calls as
+    fit in it, between min(steps, MIN_TIMED) and `steps`."""
     t0 = time.perf_counter()
     step()
     first = time.perf_counter() - t0
-    if warmup == 0:
-        return [first, *timed_steps(step, 0, steps - 1, budget)] if steps > 1 else [first]
     warm = warmup if first * (warmup + steps) <= budget else 1
     for _ in range(warm - 1):
         step()
@@ -202,15 +168,13 @@ def timed_steps(step: Callable[[], None], warmup: int, steps: int, budget: float
 
 
 def run_point(p: Point) -> dict:
-    """Build the model, a random batch and AdamW for `p`, time its training steps, and measure its memory
-    (see the module's docstring); the point's part of a row."""
+    """The point's part of a row: its training steps' seconds, memory and FLOPs (the module's docstring)."""
     device = torch.device(p.device)
     torch.manual_seed(p.seed)
     model = GPT(p.config()).to(device).train()
     x = torch.randint(1, p.vocab_size, (p.batch, p.T), device=device)
     y = torch.randint(1, p.vocab_size, (p.batch, p.T), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -218,7 +182,7 @@ def run_point(p: Point) -> dict:
             _, loss = model(x, y)
         loss.backward()
         optimizer.step()
-        sync()
+        research.synchronize(device)
 
     flops = counted_flops(p)
     if device.type == "cuda":
@@ -238,8 +202,7 @@ def run_point(p: Point) -> dict:
 
 
 def run_point_on_gpu(p: Point) -> dict:
-    """run_point in this process (the GPU's own counters give the point's memory); running out of GPU memory
-    gives {"skipped": why}."""
+    """run_point in this process (the GPU's counters give its memory); out of memory: {"skipped": why}."""
     try:
         return run_point(p)
     except torch.cuda.OutOfMemoryError as e:
@@ -249,8 +212,7 @@ def run_point_on_gpu(p: Point) -> dict:
 
 
 def run_point_in_child(p: Point, timeout: float) -> dict:
-    """run_point in a fresh process (its peak RSS is the point's own); a process that dies or runs past
-    `timeout` seconds gives {"skipped": why}."""
+    """run_point in a fresh process (its peak RSS is the point's); one that dies or times out: {"skipped": why}."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--point", json.dumps(asdict(p))]
     t0 = time.perf_counter()
     try:
@@ -273,37 +235,16 @@ def child_result(done: subprocess.CompletedProcess, seconds: float) -> dict:
     return {"skipped": f"its process failed (exit {done.returncode}) after {seconds:.0f} s: {last[:300]}"}
 
 
-# ---------------------------------------------------------------------------
-# The run: machine, peak, every point
-
-
 def machine(device: torch.device) -> dict:
-    """Where the run was made: the CPU (model name, family and model), its precision-relevant flags, the
-    device, threads and torch; `label` names it in tables and figures."""
-    info = utils.cpu_info()
-    flags = set(info.get("flags", "").split())
+    """Where the run was made: CPU, its bf16-relevant flags, device, threads, torch; `label` names it in figures."""
+    info, found = research.cpu_info(), {flag: flag in research.cpu_flags() for flag in CPU_FLAGS}
     cpu = info.get("model name", "unknown CPU")
-    found = {flag: flag in flags for flag in CPU_FLAGS}
+    vector = "AMX" if found["amx_bf16"] else "AVX-512 with bf16" if found["avx512_bf16"] else "AVX-512" if found["avx512f"] else "no AVX-512"  # fmt: skip
+    label = f"{cpu}, {vector}, {torch.get_num_threads()} threads"
     if device.type == "cuda":
         label = torch.cuda.get_device_name(device)
-    else:
-        vector = "AMX" if found["amx_bf16"] else "AVX-512 with bf16" if found["avx512_bf16"] else "AVX-512" if found["avx512f"] else "no AVX-512"  # fmt: skip
-        label = f"{cpu}, {vector}, {torch.get_num_threads()} threads"
     return {"label": label, "cpu": cpu, "cpu_family": info.get("cpu family"), "cpu_model": info.get("model"),
             **found, "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
-
-
-def matmul_gflops(n: int, device: torch.device, precision: str) -> float:
-    """GFLOP/s of an n×n by n×n matmul in `precision` on `device` (bench_epoch's measurement of the peak)."""
-    return bench_epoch.matmul_gflops(n, n, n, torch.bfloat16 if precision == "bf16" else torch.float32, device=device)
-
-
-def finish(row: dict) -> dict:
-    """Add achieved_gflops and predicted_seconds to a measured row (a skipped one stays as it is)."""
-    if "skipped" not in row:
-        row["achieved_gflops"] = row["flops"] / row["seconds"] / 1e9
-        row["predicted_seconds"] = row["flops"] / (row["peak_gflops"] * 1e9)
-    return row
 
 
 def measure(args: argparse.Namespace, record: Callable[[dict], None]) -> list[dict]:
@@ -311,8 +252,8 @@ def measure(args: argparse.Namespace, record: Callable[[dict], None]) -> list[di
     os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")  # the commit lookup below never takes git's index lock
     device = torch.device(args.device)
     precision = choose_precision(device, args.fp32)
-    where = machine(device)
-    peak = matmul_gflops(args.peak_n, device, precision)
+    where, n = machine(device), args.peak_n
+    peak = research.matmul_gflops(n, n, n, torch.bfloat16 if precision == "bf16" else torch.float32, device)
     common = {"bench": "scaling", "run": time.strftime("%Y-%m-%dT%H:%M:%S"), "date": time.strftime("%Y-%m-%d %H:%M"),
               "command": " ".join(sys.argv), "commit": utils.provenance(device)["commit"], "machine": where,
               "precision": precision, "quick": args.quick, "tokens": args.tokens, "peak_gflops": peak}  # fmt: skip
@@ -333,14 +274,13 @@ def measure(args: argparse.Namespace, record: Callable[[dict], None]) -> list[di
                 row |= run_point_on_gpu(p)
             else:
                 row |= run_point_in_child(p, args.point_timeout)
-            rows.append(finish(row))
+            if "skipped" not in row:
+                row["achieved_gflops"] = row["flops"] / row["seconds"] / 1e9
+                row["predicted_seconds"] = row["flops"] / (row["peak_gflops"] * 1e9)
+            rows.append(row)
             record(row)
             previous = row
     return rows
-
-
-def gb(n: float | None) -> str:
-    return "-" if n is None else f"{n / 1e9:.2f} GB"
 
 
 def table(rows: list[dict]) -> str:
@@ -352,47 +292,34 @@ def table(rows: list[dict]) -> str:
             continue
         lines.append(
             f"| {r['variant']} | {r['T']} | {r['batch']} | {r['seconds']:.3f} s | {r['predicted_seconds']:.3f} s "
-            f"| {r['flops'] / 1e9:.1f} | {r['achieved_gflops']:.0f} | {gb(r['step_peak_bytes'])} "
+            f"| {r['flops'] / 1e9:.1f} | {r['achieved_gflops']:.0f} | {r['step_peak_bytes'] / 1e9:.2f} GB "
             f"| {len(r['step_seconds'])} timed |"
         )
     return "\n".join(lines)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    """The flags; those not given take the full run's values, or --quick's."""
+    p = research.benchmark_parser(__doc__, "scaling.jsonl")
     p.add_argument("--lengths", nargs="+", type=int, default=None, help=f"T values ({' '.join(map(str, LENGTHS))})")
     p.add_argument("--tokens", type=int, default=None, help=f"B·T of every point ({TOKENS}; --quick {QUICK['tokens']})")
     p.add_argument("--bottleneck_dim", type=int, default=64, help="the perceiver's m (64)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (2; 1 where a step is long)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps, the median reported (5; fewer where long)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (2; --quick 1)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps, their median reported (5; --quick 2)")
     p.add_argument("--point_budget", type=float, default=60.0, help="seconds of steps a point aims at (60)")
-    p.add_argument("--max_point_seconds", type=float, default=15.0,
-                   help="skip a variant's next T once a step took longer than this (15: a 2-core CPU run in ~11 min)")  # fmt: skip
+    p.add_argument("--max_point_seconds", type=float, default=15.0, help="skip the next T after a slower step (15)")
     p.add_argument("--point_timeout", type=float, default=900.0, help="stop a point's process after this (900 s)")
     p.add_argument("--memory_fraction", type=float, default=0.7, help="of the device's memory a point may need")
-    p.add_argument("--fp32", action="store_true", help="fp32 even where training would use bf16 autocast")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument(
-        "--peak_n", type=int, default=None, help="side of the square matmul timed for the peak (2048; 8192 on a GPU)"
-    )
-    for size, value in SIZES.items():
-        p.add_argument(f"--{size}", type=int, default=None, help=f"the model's {size} ({value}; --quick: smaller)")
-    p.add_argument(
-        "--quick", action="store_true", help="T = 32, 64, 512 tokens, n_embd 64, 1 + 2 steps: a check that it runs"
-    )
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scaling.jsonl", help="appended to")
-    p.add_argument("--no_record", action="store_true", help="print only")
+    p.add_argument("--peak_n", type=int, default=None, help="side of the matmul timed for the peak (2048; GPU 8192)")
+    p.add_argument("--quick", action="store_true", help="T = 32, 64 on 512 tokens, a smaller model: does it run?")
     p.add_argument("--point", default=None, help=argparse.SUPPRESS)  # a child process's point, as JSON
     args = p.parse_args(argv)
-    if args.quick:
-        args.warmup, args.steps = min(args.warmup, QUICK["warmup"]), min(args.steps, QUICK["steps"])
-    args.lengths = args.lengths or list(QUICK["lengths"] if args.quick else LENGTHS)
-    args.tokens = args.tokens or (QUICK["tokens"] if args.quick else TOKENS)
-    args.peak_n = args.peak_n or (QUICK["peak_n"] if args.quick else 8192 if args.device.startswith("cuda") else 2048)
-    for size, value in SIZES.items():
-        if getattr(args, size) is None:
-            setattr(args, size, QUICK.get(size, value) if args.quick else value)
+    full = {"lengths": LENGTHS, "tokens": TOKENS, "warmup": 2, "steps": 5, **SIZES}
+    full["peak_n"] = 8192 if args.device.startswith("cuda") else 2048
+    for key, value in (full | QUICK if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     return args
 
 
@@ -408,8 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         state = f"skipped: {row['skipped']}" if "skipped" in row else f"{row['seconds']:.3f} s"
         print(f"{row['variant']} T={row['T']} B={row['batch']}: {state}", flush=True)
         if not args.no_record:
-            with open(args.out, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            research.append_jsonl(args.out, [row])
 
     rows = measure(args, record)
     print(f"\n{rows[0]['machine']['label']}, {rows[0]['precision']}, peak {rows[0]['peak_gflops']:.0f} GFLOP/s\n")

@@ -1,28 +1,14 @@
-"""Speed benchmark: the course's plain code (the reference, bench/course.py) vs src's fast path, in the same run.
+"""Speed: the course's plain code (bench/course.py, the "reference") against src's fast path, in one run.
 
-    python bench/bench_speed.py                 # all parts (about 10 minutes on 2 cores)
-    python bench/bench_speed.py --parts train   # train | eval | finetune | optimizer | recite
+    python bench/bench_speed.py                 # train and eval (under 10 minutes on 2 cores)
+    python bench/bench_speed.py --parts train   # train | eval | recite
     python bench/bench_speed.py --parts recite --pretrained RUN/pretrain.params   # recitation
     python bench/bench_speed.py --parts eval --trained_only --trained RUN/finetune.params   # a trained model only
 
-(1) training throughput for each variant: real tokens/s (non-PAD
-    targets) and handout-equivalent tokens/s (examples x 127 positions, what the
-    handout's loop computes), reference (the handout's model and loop: fp32,
-    DataLoader, torch's AdamW) vs fast (run.py's Trainer);
-(2) greedy decoding of the 500 dev questions: reference (the handout's model,
-    one line at a time, full recompute) vs fast (batched, with KV caches);
-(3) a 10-epoch finetune on the 2,000 training questions with the fast path;
-(4) with --parts optimizer: one optimizer step for vanilla's parameters, AdamW
-    (fused, the fast path's) against --optimizer muon, and Muon's Newton–Schulz
-    iteration against the fast path's version of it (not run by default);
-(5) with --parts recite: the recite protocol's recitation of the 2,000 training people (100
-    characters) from trained pretrained params, batched with KV caches, against one person at a
-    time with full recompute (timed on 20 people and extrapolated; not run by default).
-
-Prints a markdown table, writes --out (JSON) and appends one line to
-bench/results/speed.jsonl, from which the README's speed table is generated.
-Wall-clock on a shared machine is noisy: compare the ratios, which are measured
-back to back.
+train: a pretraining step per variant at the handout's settings, the handout's loop (fp32, DataLoader, torch's
+AdamW) against run.py's Trainer. eval: greedy answers to the 500 dev questions, one at a time with the prefix
+recomputed against batched with KV caches. recite: 100 characters for each of the 2,000 training people
+(one at a time: 20 people, extrapolated). Writes --out (JSON) and appends it to --jsonl (the README's table).
 """
 
 from __future__ import annotations
@@ -32,43 +18,28 @@ import json
 import random
 import sys
 import time
+from itertools import chain, count
 from pathlib import Path
 
 import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))  # research.py, course.py
+sys.path.insert(0, str(ROOT / "bench"))  # research.py, course.py (which put src/ on the path)
 
 import course  # noqa: E402
-from research import cpu_name  # noqa: E402
+from research import VARIANTS, append_jsonl, machine_name, synchronize  # noqa: E402
 
 import machine  # noqa: E402
-from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, read_questions, read_text  # noqa: E402
+from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, read_questions, read_text  # noqa: E402
 from decode import continue_text, predict  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from optim import Muon, MuonAdamW, make_optimizer  # noqa: E402
 from recite import recitation_prompt  # noqa: E402
 from trainer import Trainer, TrainerConfig  # noqa: E402
 from utils import write_json_atomic  # noqa: E402
 
 DATA = ROOT / "data"
-VARIANTS = ("vanilla", "perceiver", "rope")
 CPU = torch.device("cpu")
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (a no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def machine_name(device: torch.device) -> str:
-    """The processor the figures come from: the CPU with its thread count, or the GPU."""
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
-    return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
 def model_for(variant: str, vocab_size: int, device: torch.device = CPU) -> GPT:
@@ -79,31 +50,22 @@ def model_for(variant: str, vocab_size: int, device: torch.device = CPU) -> GPT:
 
 
 def train_throughput(
-    ds: CharCorruptionDataset,
-    variant: str,
-    path: str,
-    steps: int,
-    batch: int,
-    device: torch.device = CPU,
-    bf16: bool | None = None,
+    ds: CharCorruptionDataset, variant: str, path: str, steps: int, batch: int, device: torch.device, fp32: bool = False
 ) -> dict:
-    """Time `steps` optimizer steps (after 2 warm-up steps) at the handout's pretraining settings.
-
-    path "reference": the handout's model and loop (bench/course.py); "fast": run.py's Trainer
-    (bf16 None: the precision training measures fastest here, machine.choose; False: fp32, as --fp32 trains).
-    Returns a row of the results file."""
-    if bf16 is None:
-        bf16 = machine.choose(device, say=False)["precision"] == "bf16"
+    """A row of the results file: `steps` optimizer steps (after 2 warm-up steps) at the handout's settings,
+    path "reference" the handout's model and loop (bench/course.py), "fast" run.py's Trainer, in the precision
+    training would use (machine.choose; fp32 as --fp32 trains)."""
+    bf16 = machine.choose(device, fp32, say=False)["precision"] == "bf16"
     model = model_for(variant, ds.vocab_size, device)
     cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, max_steps=steps + 2, bf16=bf16)
     if path == "reference":
         model = course.course_copy(model)
         optimizer = course.optimizer(model, cfg)
-        batches = _forever(lambda epoch: course.batches(ds, batch))
+        batches = chain.from_iterable(course.batches(ds, batch) for _ in count())  # epoch after epoch
         step = lambda x, y: course.train_step(model, optimizer, x, y, cfg.grad_norm_clip)  # noqa: E731
     else:
         trainer = Trainer(model, ds, cfg, device)
-        batches = _forever(trainer.batches)  # each epoch's order is seeded
+        batches = chain.from_iterable(map(trainer.batches, count()))  # epochs 0, 1, ..., each order seeded
         step = trainer.optimize
     model.train()
     real_tokens, examples, t_start = 0, 0, None
@@ -130,21 +92,10 @@ def train_throughput(
     }
 
 
-def _forever(epoch_batches):
-    """The batches of epoch 0, 1, 2, ... of `epoch_batches(epoch)`, one after another."""
-    epoch = 0
-    while True:
-        yield from epoch_batches(epoch)
-        epoch += 1
-
-
 def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = None) -> dict:
-    """Decode the 500 dev questions with the handout's model and loop and with src's, from the same parameters.
-
-    Untrained (params None), the model never produces the closing MASK, so the
-    fast decoder runs every row to 32 characters: its worst case. A trained
-    model (params: a finetuned params file) stops rows early, as in real use.
-    """
+    """Decode the 500 dev questions with the handout's model and loop and with src's, from the same parameters:
+    untrained (params None) the fast decoder runs every row to 32 characters, its worst case; trained (params: a
+    finetuned params file) it stops rows early, as in real use."""
     questions = [q.text for q in read_questions(DATA / "birth_dev.tsv", require_place=False) if q]
     out = {"variant": variant, "lines": len(questions), "params": str(params) if params else "untrained"}
     preds = {}
@@ -168,8 +119,8 @@ def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = No
 
 @torch.no_grad()
 def recite_one_at_a_time(model: GPT, vocab, prompt: str, length: int) -> str:
-    """The plain way to recite: one prompt, the whole prefix recomputed for every character, MASK and
-    PAD never chosen (what decode.continue_text computes in batches with KV caches)."""
+    """One prompt recited, the prefix recomputed for every character, MASK and PAD never chosen (what
+    decode.continue_text computes in batches with KV caches)."""
     ids = torch.tensor([vocab.encode(prompt)])
     while ids.size(1) < length:
         logits = model(ids)[0][0, -1]
@@ -179,16 +130,15 @@ def recite_one_at_a_time(model: GPT, vocab, prompt: str, length: int) -> str:
 
 
 def recite_speed(ds: CharCorruptionDataset, pretrained: Path, chars: int, reference_people: int) -> dict:
-    """Recite the 2,000 training people from trained pretrained params with the batched decoder (KV
-    caches), and the first `reference_people` of them one at a time with full recompute; the one-at-a-time
-    figure for all of them is extrapolated from those."""
+    """Recite the 2,000 training people from pretrained params in batches with KV caches, and the first
+    `reference_people` one at a time (recite_one_at_a_time), extrapolated to all."""
     side = json.loads(Path(f"{pretrained}.json").read_text())
     model = model_for(side["variant"], ds.vocab_size)
     model.load_state_dict(torch.load(pretrained, weights_only=True))
     questions = [q for q in read_questions(DATA / "birth_places_train.tsv", require_place=True) if q]
     prompts = [recitation_prompt(q.text, "train") for q in questions]
     t0 = time.perf_counter()
-    fast = continue_text(model, ds.vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], torch.device("cpu"))
+    fast = continue_text(model, ds.vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], CPU)
     fast_seconds = time.perf_counter() - t0
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one line at a time is fastest on one thread (see eval_speed)
@@ -201,74 +151,14 @@ def recite_speed(ds: CharCorruptionDataset, pretrained: Path, chars: int, refere
             "reference_people": reference_people, "identical": plain == fast[:reference_people]}  # fmt: skip
 
 
-def finetune_time(ds: CharCorruptionDataset, variant: str, epochs: int) -> dict:
-    model = model_for(variant, ds.vocab_size)
-    names = NameDataset(ds, DATA / "birth_places_train.tsv")
-    cfg = TrainerConfig(
-        max_epochs=epochs,
-        batch_size=256,
-        learning_rate=6e-4,
-        warmup_tokens=512 * 20,
-        final_tokens=200 * len(ds) * 128,
-    )
-    t0 = time.perf_counter()
-    Trainer(model, names, cfg, torch.device("cpu")).train()
-    return {"variant": variant, "epochs": epochs, "examples": len(names), "seconds": time.perf_counter() - t0}
-
-
-def iterated_muon(fast: MuonAdamW) -> MuonAdamW:
-    """The fast path's Muon and AdamW (optim.make_optimizer), with Muon computing the Newton–Schulz
-    iteration itself (spectral=False) for the same matrices, rate, decay and iteration dtype."""
-    muon = fast.muon
-    matrices = [p for group in muon.param_groups for p in group["params"]]
-    group = muon.param_groups[0]
-    iterated = Muon(matrices, group["lr"], group["weight_decay"], momentum=group["momentum"], ns_dtype=muon.ns_dtype,
-                    spectral=False)  # fmt: skip
-    return MuonAdamW(iterated, fast.adamw)
-
-
-def optimizer_step_time(vocab_size: int, steps: int = 10) -> dict:
-    """Seconds per optimizer step for vanilla's parameters (random gradients): AdamW, Muon as the fast
-    path has it here, and Muon with the Newton–Schulz iteration (`muon_iterated`, what GPUs and bf16 CPUs
-    run; on a CPU without native bf16 the fast path computes it from one eigendecomposition instead)."""
-    out = {"steps": steps}
-    for name in ("adamw", "muon", "muon_iterated"):
-        model = model_for("vanilla", vocab_size)
-        for param in model.parameters():
-            param.grad = torch.randn_like(param)
-        optimizer = make_optimizer(model, TrainerConfig(1, 1, 6e-3, optimizer=name.removesuffix("_iterated")))
-        if name == "muon_iterated":
-            optimizer = iterated_muon(optimizer)
-        elif name == "muon":
-            out["muon_spectral"] = optimizer.muon.spectral
-        for _ in range(2):  # warm-up: the first steps allocate the optimizer's state
-            optimizer.step()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            optimizer.step()
-        out[f"{name}_seconds"] = (time.perf_counter() - t0) / steps
-    return out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", nargs="+", default=["train", "eval", "finetune"], help="which measurements to run")
+    p.add_argument("--parts", nargs="+", default=["train", "eval"], help="train, eval (default), recite")
     p.add_argument("--ref_steps", type=int, default=4, help="timed reference-path steps per variant")
     p.add_argument("--fast_steps", type=int, default=20, help="timed fast-path steps per variant")
     p.add_argument("--batch_size", type=int, default=128, help="pretraining batch size (handout: 128)")
-    p.add_argument(
-        "--trained",
-        type=Path,
-        nargs="*",
-        default=[],
-        help="finetuned params files to also time decoding with (variant from the sidecar; perceiver m=64)",
-    )
-    p.add_argument(
-        "--trained_only",
-        action="store_true",
-        help="decode with the --trained models only, not also the untrained worst cases (each costs a slow "
-        "reference decoding: about 5 minutes on a first-generation Zen)",
-    )
+    p.add_argument("--trained", type=Path, nargs="*", default=[], help="finetuned params to also decode with")
+    p.add_argument("--trained_only", action="store_true", help="not also the untrained models (slow: 5 min each)")
     p.add_argument("--pretrained", type=Path, default=None, help="--parts recite: pretrained params to recite with")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS, help="--parts train: which")
     p.add_argument("--fp32", action="store_true", help="--parts train: also time the fast path without bf16")
@@ -280,10 +170,9 @@ def main() -> None:
     random.seed(0)
     np.random.seed(0)
     ds = CharCorruptionDataset(read_text(DATA / "wiki.txt"), 128)
-    result: dict = {
-        "machine": machine_name(device),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-    }
+    threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
+    result: dict = {"machine": f"{machine_name(device)}{threads}, torch {torch.__version__}"}
+    result["date"] = time.strftime("%Y-%m-%d %H:%M")
     lines = []
     if "train" in args.parts:
         rows = []
@@ -292,7 +181,7 @@ def main() -> None:
             f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device)
             rows += [ref, f]
             if args.fp32:  # kept apart from the reference/fast pairs the README's table reads
-                f32 = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, bf16=False)
+                f32 = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, fp32=True)
                 result.setdefault("train_fast_fp32", []).append(f32)
                 lines.append(
                     f"| train {variant}, batch {args.batch_size}, fast path in fp32 | - | "
@@ -318,22 +207,6 @@ def main() -> None:
                 f"| decode 500 dev lines, {model} | {e['reference_seconds']:.1f} s | {e['fast_seconds']:.2f} s "
                 f"(identical: {e['identical_predictions']}) | {e['speedup']:.0f}x |"
             )
-    if "finetune" in args.parts:
-        f = finetune_time(ds, "vanilla", 10)
-        result["finetune"] = f
-        lines.append(f"| finetune 10 epochs, 2,000 examples | - | {f['seconds']:.0f} s | - |")
-    if "optimizer" in args.parts:
-        o = optimizer_step_time(ds.vocab_size)
-        result["optimizer"] = o
-        lines.append(
-            f"| optimizer step, vanilla: AdamW (fused) / Muon | - | {o['adamw_seconds']:.3f} s / "
-            f"{o['muon_seconds']:.3f} s | - |"
-        )
-        lines.append(
-            f"| Muon step: iterated / fast ({'spectral' if o['muon_spectral'] else 'iterated'}) | "
-            f"{o['muon_iterated_seconds']:.3f} s | {o['muon_seconds']:.3f} s | "
-            f"{o['muon_iterated_seconds'] / o['muon_seconds']:.2f}x |"
-        )
     if "recite" in args.parts:
         if args.pretrained is None:
             sys.exit("error: --parts recite needs --pretrained PARAMS")
@@ -347,8 +220,7 @@ def main() -> None:
     table = "| measurement | reference | fast | ratio |\n|---|---|---|---|\n" + "\n".join(lines)
     result["table"] = table
     write_json_atomic(args.out, result)
-    with open(args.jsonl, "a") as f:
-        f.write(json.dumps({k: v for k, v in result.items() if k != "table"}) + "\n")
+    append_jsonl(args.jsonl, [{k: v for k, v in result.items() if k != "table"}])
     print(f"{result['machine']}, {result['date']}\n\n{table}\n\nwritten to {args.out}")
 
 

@@ -1,26 +1,9 @@
-"""The course's plain code, which src/'s fast path is checked and timed against.
-
-src/ has one path, the fast one: bf16 autocast, length-bucketed batches, the
-fused optimizer, the perceiver's bottleneck trimmed to the input, batched greedy
-decoding with key/value caches. This file is the CS224N handouts' plain code
-(the 2023 handout for vanilla and the perceiver, the 2024 handout for rope),
-written from their instructions and independently of src/'s model, decoder and
-trainer (from src/ come only the configs, the vocabulary and the handout's
-learning-rate formula, `trainer.lr_multiplier`):
-
-- `CourseGPT`: the model, with the handouts' module and parameter names, so
-  src's params load into it strictly (`course_copy`); masked softmax attention
-  with torch's dropout; the perceiver computes all m bottleneck positions;
-- `sample`, `predict`: the handout's sampler and its evaluation loop, greedy
-  answers one question at a time, the whole prefix recomputed for every
-  character (the demo in mingpt-demo/ samples with `sample`);
-- `optimizer`, `batches`, `train_step`, `train`: the handout trainer's loop, a
-  DataLoader over the dataset's examples, torch's AdamW (PyTorch's default
-  implementation, not fused), fp32.
-
-The tests compare src with these (tests/test_course_models.py, test_cli.py,
-test_trainer.py, test_optim.py, ...); bench/bench_speed.py times them as the
-"reference" beside src's fast path.
+"""The course's plain code, which src/'s fast path is checked and timed against: the CS224N handouts' model,
+decoding and training loop (2023 for vanilla and the perceiver, 2024 for rope), written from their instructions
+independently of src/'s model, decoder and trainer. `CourseGPT` has the handouts' module and parameter names,
+so src's params load into it strictly (`course_copy`); `sample` and `predict` decode greedily, one question
+at a time, the whole prefix recomputed; `optimizer`, `batches` and `train_step` are the handout trainer's
+loop in fp32. Tests compare src with these; bench/bench_speed.py times them as the "reference".
 """
 
 from __future__ import annotations
@@ -38,22 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dataset import MASK_CHAR, Vocabulary  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from trainer import TrainerConfig, lr_multiplier  # noqa: E402
+from trainer import TrainerConfig  # noqa: E402
 
 MAX_ANSWER_CHARS = 32  # the handout's evaluation decodes 32 characters
 
-# ---------------------------------------------------------------------------
-# The model
 
-
-def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
-) -> torch.Tensor:
-    """The handout's masked softmax attention, with torch's dropout on the weights.
-
-    q: (B, nh, Tq, hs); k, v: (B, nh, Tk, hs); mask broadcastable to (B, nh, Tq, Tk), 0 (or False) where a
-    query may not look at a key, None for no mask. Returns (B, nh, Tq, hs).
-    """
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, dropout_p: float = 0.0) -> torch.Tensor:
+    """The handout's masked softmax attention, with torch's dropout on the weights. q: (B, nh, Tq, hs); k, v:
+    (B, nh, Tk, hs); mask broadcastable to (B, nh, Tq, Tk), 0 where a query may not see a key, or None.
+    Returns (B, nh, Tq, hs)."""
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
     if mask is not None:
         att = att.masked_fill(mask == 0, -1e10)
@@ -75,10 +51,8 @@ def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
 
 
 class CourseAttention(nn.Module):
-    """Causal self-attention (x_q is x_kv) or the perceiver's causal cross-attention, with the handout's names.
-
-    forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C): query i sees keys j <= i.
-    """
+    """Causal self-attention (x_q is x_kv) or the perceiver's cross-attention, with the handout's names:
+    forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C), query i seeing keys j <= i."""
 
     def __init__(self, c: GPTConfig, size: int, rope: bool = False):
         super().__init__()
@@ -153,11 +127,9 @@ class CourseUpProjectBlock(nn.Module):
 
 
 class CourseGPT(nn.Module):
-    """The handouts' GPT (config.variant vanilla, perceiver or rope).
-
-    forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), cross-entropy loss with PAD (id 0)
-    ignored, or None). Parameters start at zero: load them from a trained model (`course_copy`).
-    """
+    """The handouts' GPT (config.variant vanilla, perceiver or rope). forward(idx (B, T), targets (B, T) or
+    None) -> (logits (B, T, V), cross-entropy loss with PAD (id 0) ignored, or None). Load its parameters
+    from a trained model (`course_copy`)."""
 
     def __init__(self, c: GPTConfig):
         super().__init__()
@@ -198,62 +170,29 @@ class CourseGPT(nn.Module):
 
 
 def course_copy(model: GPT) -> CourseGPT:
-    """The course's model with `model`'s config and parameters (loaded strictly: the same names, shapes and
-    buffers), on the same device and in the same train/eval mode."""
+    """The course's model with `model`'s config and parameters (loaded strictly), device and train/eval mode."""
     course = CourseGPT(model.config).to(next(model.parameters()).device).train(model.training)
     course.load_state_dict(model.state_dict())
     return course
 
 
-# ---------------------------------------------------------------------------
-# Decoding
-
-
-def top_k_logits(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the k largest logits of each row (B, V), set the rest to -inf."""
-    v, _ = torch.topk(logits, k)
-    return logits.masked_fill(logits < v[:, [-1]], float("-inf"))
-
-
 @torch.no_grad()
-def sample(
-    model: nn.Module,
-    x: torch.Tensor,
-    steps: int,
-    temperature: float = 1.0,
-    sample: bool = False,
-    top_k: int | None = None,
-) -> torch.Tensor:
-    """The handout's sampler: extend each row of x (B, T) by `steps` tokens -> (B, T + steps).
-
-    sample=False is greedy; otherwise draw from softmax(logits / temperature), optionally
-    restricted to the top_k tokens. The context is cropped to the model's block_size. The whole
-    prefix is recomputed for every token (mingpt-demo/ samples with it; src's `decode.predict` is
-    the batched greedy decoder with key/value caches).
-    """
+def sample(model: nn.Module, x: torch.Tensor, steps: int) -> torch.Tensor:
+    """The handout's sampler, greedy: extend each row of x (B, T) by `steps` tokens -> (B, T + steps), the
+    context cropped to the model's block_size and the whole prefix recomputed for every token."""
     block_size = model.get_block_size()
     model.eval()
     for _ in range(steps):
-        x_cond = x if x.size(1) <= block_size else x[:, -block_size:]
-        logits, _ = model(x_cond)
-        logits = logits[:, -1, :] / temperature
-        if top_k is not None:
-            logits = top_k_logits(logits, top_k)
-        if sample:
-            ix = torch.multinomial(F.softmax(logits.float(), dim=-1), num_samples=1)
-        else:
-            _, ix = torch.topk(logits, k=1, dim=-1)
+        logits, _ = model(x if x.size(1) <= block_size else x[:, -block_size:])
+        _, ix = torch.topk(logits[:, -1, :], k=1, dim=-1)
         x = torch.cat((x, ix), dim=1)
     return x
 
 
 def predict(model: nn.Module, vocab: Vocabulary, questions: list[str], device: torch.device) -> list[str]:
-    """The handout's evaluation: each question + MASK continued greedily by `sample`, one question at a
-    time; the answer is what comes before the next MASK. -> one answer per question.
-
-    Decoding stops at the block's end (the handout crops the context and goes on; with questions of at most
-    block_size - 2 characters, as run.py allows, only the answer's last characters could differ).
-    """
+    """The handout's evaluation: each question + MASK continued greedily by `sample`, one at a time; the
+    answer is what comes before the next MASK. Decoding stops at the block's end (the handout would crop and
+    go on: with questions of at most block_size - 2 characters, as run.py allows, that changes nothing)."""
     answers = []
     for question in questions:
         ids = vocab.encode(question + MASK_CHAR)
@@ -263,14 +202,9 @@ def predict(model: nn.Module, vocab: Vocabulary, questions: list[str], device: t
     return answers
 
 
-# ---------------------------------------------------------------------------
-# Training
-
-
 def optimizer(model: nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
-    """The handout's AdamW: weight decay on every parameter except biases and names containing
-    "LayerNorm.weight" (none here does), at config.learning_rate, config.betas, config.weight_decay;
-    PyTorch's default implementation (not fused)."""
+    """The handout's AdamW (PyTorch's default implementation, not fused): decay on every parameter but biases
+    and names containing "LayerNorm.weight" (none here), at config's learning_rate, betas and weight_decay."""
     no_decay = ("bias", "LayerNorm.weight")
     named = list(model.named_parameters())
     groups = [
@@ -281,8 +215,7 @@ def optimizer(model: nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
 
 
 def batches(dataset: Dataset, batch_size: int) -> DataLoader:
-    """The handout's batches: a DataLoader over dataset[i] -> (x, y), in the dataset's order (it is not told to
-    shuffle), every example at its full length."""
+    """The handout's batches: a DataLoader over dataset[i] -> (x, y) in the dataset's order, at full length."""
     return DataLoader(dataset, batch_size=batch_size)
 
 
@@ -296,27 +229,3 @@ def train_step(
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_norm_clip)
     optimizer.step()
     return loss
-
-
-def train(model: nn.Module, dataset: Dataset, config: TrainerConfig, device: torch.device, steps: int) -> list[float]:
-    """The handout trainer's loop for `steps` optimizer steps, epoch after epoch; returns every step's loss.
-
-    Of config it reads batch_size, learning_rate, betas, weight_decay, grad_norm_clip,
-    warmup_tokens and final_tokens. The learning rate follows the handout's warm-up and uncapped
-    cosine, counting every position of every example as the handout does; it changes after each step.
-    """
-    model.to(device).train()
-    opt = optimizer(model, config)
-    losses: list[float] = []
-    tokens = 0
-    while len(losses) < steps:
-        for x, y in batches(dataset, config.batch_size):
-            loss = train_step(model, opt, x.to(device), y.to(device), config.grad_norm_clip)
-            losses.append(loss.item())
-            tokens += y.numel()  # the handout's (y >= 0).sum(): PAD is id 0
-            lr = config.learning_rate * lr_multiplier(tokens, config.warmup_tokens, config.final_tokens)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            if len(losses) == steps:
-                break
-    return losses

@@ -2,19 +2,15 @@
 
     python bench/plot_scaling.py                       # the newest run, bench/results/scaling.png
     python bench/plot_scaling.py --machine EPYC --precision fp32
-    python bench/plot_scaling.py --list                # the newest run of each machine and precision
 
-Reads bench/results/scaling.jsonl and draws one run (all the rows that one invocation of bench_scaling.py
-wrote): the newest of those matching --machine (a part of the machine's label) and --precision; quick runs
-only with --quick. Two log-log panels, step seconds and step memory against T, one line per variant
-(skipped points left out, and named below the panels), and dashed in the same colour the seconds its FLOP count predicts at the run's
-measured matmul peak (flops / peak_gflops). Selecting is `select_run` (plain data); drawing is `draw`.
+Draws the newest run (the rows of one bench_scaling.py invocation) matching --machine (a part of its label)
+and --precision, quick runs only with --quick: step seconds and step memory against T, log-log, a line per
+variant, skipped points named below; dashed, the seconds its FLOPs take at the run's matmul peak.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT / "bench"))
+
+from research import read_jsonl  # noqa: E402
+
 COLOURS = {"vanilla": "tab:blue", "rope": "tab:orange", "perceiver": "tab:green"}
 MARKERS = {"vanilla": "o", "rope": "s", "perceiver": "^"}
 
@@ -50,38 +50,19 @@ class Run:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The scaling rows of a JSON-lines file (blank lines and other benches' rows left out)."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [r for r in rows if r.get("bench") == "scaling"]
-
-
-def label(row: dict) -> str:
-    """The machine a row was measured on, as titles and --machine name it."""
-    return row["machine"]["label"]
-
-
-def runs(rows: list[dict], quick: bool = False) -> dict[tuple[str, str], str]:
-    """The newest run id of each (machine, precision), among quick runs or the others."""
-    newest: dict[tuple[str, str], str] = {}
-    for r in rows:
-        if bool(r.get("quick")) == quick:
-            key = (label(r), r["precision"])
-            newest[key] = max(newest.get(key, r["run"]), r["run"])
-    return newest
+    """The scaling rows of a JSON-lines file (other benches' rows left out); [] without the file."""
+    return [r for r in read_jsonl(path) if r.get("bench") == "scaling"]
 
 
 def select_run(rows: list[dict], machine: str | None = None, precision: str | None = None, quick: bool = False) -> Run | None:  # fmt: skip
-    """The newest run whose machine label contains `machine` and whose precision is `precision` (None: any),
-    as a Run of per-variant series sorted by T; skipped points only in `skipped`. None when no run matches."""
-    candidates = [
-        (run_id, key)
-        for key, run_id in runs(rows, quick).items()
-        if (machine is None or machine.lower() in key[0].lower()) and precision in (None, key[1])
-    ]
-    if not candidates:
+    """The newest run whose machine label contains `machine` and whose precision is `precision` (None: any), as
+    a Run of per-variant series sorted by T (skipped points only in `skipped`); None when no run matches."""
+    runs = {(r["run"], r["machine"]["label"], r["precision"]) for r in rows if bool(r.get("quick")) == quick}
+    runs = {key for key in runs if (machine or "").lower() in key[1].lower() and precision in (None, key[2])}
+    if not runs:
         return None
-    run_id, (name, chosen) = max(candidates)
-    chosen_rows = sorted((r for r in rows if r["run"] == run_id and label(r) == name and r["precision"] == chosen),
+    run_id, name, chosen = newest = max(runs)
+    chosen_rows = sorted((r for r in rows if (r["run"], r["machine"]["label"], r["precision"]) == newest),
                          key=lambda r: r["T"])  # fmt: skip
     series: dict[str, Series] = {}
     for r in chosen_rows:
@@ -103,8 +84,7 @@ def leading_digit(y: float) -> int:
 
 
 def draw(run: Run, out: Path) -> Path:
-    """Two log-log panels, step time and step memory against T, one line per variant; the predicted seconds
-    dashed. Written as a PNG to `out`."""
+    """The figure of `run` (see the module's docstring), written as a PNG to `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,14 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--machine", default=None, help="a part of the machine's label (default: any)")
     p.add_argument("--precision", default=None, choices=["bf16", "fp32"])
     p.add_argument("--quick", action="store_true", help="draw a --quick run")
-    p.add_argument("--list", action="store_true", help="print the newest run of each machine and precision")
     p.add_argument("--out", type=Path, default=RESULTS / "scaling.png")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    rows = read_rows(args.rows) if args.rows.is_file() else []
-    if args.list:
-        for (name, precision), run_id in sorted(runs(rows, args.quick).items()):
-            print(f"{run_id}  {precision}  {name}")
-        return 0
+    rows = read_rows(args.rows)
     run = select_run(rows, args.machine, args.precision, args.quick)
     if run is None:
         print(f"{args.rows}: no matching run (run bench/bench_scaling.py first)", file=sys.stderr)

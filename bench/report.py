@@ -4,22 +4,16 @@
     python bench/report.py --runs outputs --gold data/birth_dev.tsv --corpus data/wiki.txt
     python bench/report.py --record --preset cpu --seed 0   # also append the rows to bench/results/runs.jsonl
 
-From the run folder (run.sh's OUT_DIR) it reads, for each run, the dev
-predictions `<run>.dev.predictions`, their confidences `<run>.dev.scores.tsv`
-(written by `evaluate --scores_path`), what evaluate found (the predictions'
-sidecar `<run>.dev.predictions.json`: a reader's share of recitations holding
-the place), and the step times in `times.txt` (`step seconds` per line); with
---record also the params' sidecars (the pretraining's epochs, the reader's
-finetune and the recitations it trained on). A run without predictions is
-reported as "not run"; a run without scores gets accuracy only. Metrics are
-defined in src/confidence.py.
+Reads, per run in run.sh's OUT_DIR: `<run>.dev.predictions`, their scores `<run>.dev.scores.tsv`, the
+predictions' sidecar (a reader's place_in_recitation) and `times.txt`; with --record the params' sidecars
+(the pretraining's epochs, the reader's finetune). Without predictions a run is "not run"; without scores
+it gets accuracy only. Metrics: src/confidence.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -29,18 +23,9 @@ from pathlib import Path
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "src"))
-sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # research.py (which puts src/ on the path)
 
-from research import (  # noqa: E402
-    cpu_name,
-    place_in_document,
-    predictions_sidecar,
-    read_scores_tsv,
-    reader_copies,
-    reader_examples,
-    research_summary,
-)
+import research  # noqa: E402
 
 from dataset import Question, read_questions, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
@@ -58,41 +43,20 @@ class Run:
     train_steps: tuple[str, ...]  # times.txt entries summed as training time
     eval_step: str  # times.txt entry (and <eval_step>.log) of the dev evaluation
     protocol: str = "direct"  # or "recite": recite, then answer (src/recite.py)
-    extra_steps: tuple[str, ...] = ()  # recite: the steps it adds to the direct protocol's run
 
 
+TRAINING = tuple(f"{v}_{step}" for v in research.VARIANTS for step in ("pretrain", "finetune"))  # the ensemble's
 RUNS = [
     Run("London baseline", "london", (), "london"),
     Run("vanilla, no pretraining", "vanilla.nopretrain", ("vanilla_nopretrain_finetune",), "vanilla_nopretrain_dev"),
-    Run(
-        "vanilla, pretrain + finetune",
-        "vanilla.pretrain",
-        ("vanilla_pretrain", "vanilla_finetune"),
-        "vanilla_pretrain_dev",
-    ),
-    Run(
-        "perceiver, pretrain + finetune",
-        "perceiver.pretrain",
-        ("perceiver_pretrain", "perceiver_finetune"),
-        "perceiver_pretrain_dev",
-    ),
-    Run("rope, pretrain + finetune", "rope.pretrain", ("rope_pretrain", "rope_finetune"), "rope_pretrain_dev"),
-    Run(
-        "ensemble of the variants run, most confident answer",
-        "ensemble",
-        tuple(f"{v}_{s}" for v in ("vanilla", "perceiver", "rope") for s in ("pretrain", "finetune")),
-        "ensemble_dev",
-    ),
     *[
-        Run(
-            f"{v}, recite then answer",
-            f"{v}.recite",
-            (f"{v}_pretrain", f"{v}_reader"),
-            f"{v}_recite_dev",
-            "recite",
-            (f"{v}_reader", f"{v}_recite_dev"),
-        )
-        for v in ("vanilla", "perceiver", "rope")
+        Run(f"{v}, pretrain + finetune", f"{v}.pretrain", (f"{v}_pretrain", f"{v}_finetune"), f"{v}_pretrain_dev")
+        for v in research.VARIANTS
+    ],
+    Run("ensemble of the variants run, most confident answer", "ensemble", TRAINING, "ensemble_dev"),
+    *[
+        Run(f"{v}, recite then answer", f"{v}.recite", (f"{v}_pretrain", f"{v}_reader"), f"{v}_recite_dev", "recite")
+        for v in research.VARIANTS
     ],
 ]
 
@@ -130,11 +94,6 @@ def aligned(path: Path, entries: list[Question | None], read: Callable[[Path], l
     return [v for v, q in zip(values, entries, strict=True) if q is not None]
 
 
-def read_lines(path: Path) -> list[str]:
-    lines = read_text(path).split("\n")
-    return lines[:-1] if lines[-1] == "" else lines
-
-
 def run_metrics(
     run: Run, folder: Path, entries: list[Question | None] | None, documents: list[str], times: dict[str, float]
 ) -> dict[str, float] | None:
@@ -143,15 +102,15 @@ def run_metrics(
     if not predictions_path.is_file():
         return None
     row = {key: math.nan for key, _ in COLUMNS}
-    found = predictions_sidecar(predictions_path)  # what evaluate found (none for the London baseline)
+    found = research.predictions_sidecar(predictions_path)  # what evaluate found (none for the London baseline)
     questions = [q for q in entries if q is not None] if entries else []
     if questions and questions[0].place is not None:
-        predictions = aligned(predictions_path, entries, read_lines)
+        predictions = aligned(predictions_path, entries, research.read_lines)
         row["accuracy"] = sum(p == q.place for p, q in zip(predictions, questions, strict=True)) / len(questions)
         scores_path = folder / f"{run.prefix}.dev.scores.tsv"
         if scores_path.is_file():
-            scores = aligned(scores_path, entries, read_scores_tsv)
-            summary = research_summary(questions, predictions, scores, documents)
+            scores = aligned(scores_path, entries, research.read_scores_tsv)
+            summary = research.research_summary(questions, predictions, scores, documents)
             row |= {k: v for k, v in summary.items() if k in row}
             if not documents:  # without the corpus every question falls in "no document"
                 row["place_in_document_accuracy"] = row["place_not_in_document_accuracy"] = math.nan
@@ -162,12 +121,14 @@ def run_metrics(
     row["eval_seconds"] = times.get(run.eval_step, math.nan)
     if run.protocol == "recite":
         row["place_in_recitation"] = found_number(found, "place_in_recitation")
-        if all(s in times for s in run.extra_steps):
-            row["extra_seconds"] = sum(times[s] for s in run.extra_steps)
+        extra = (run.train_steps[-1], run.eval_step)  # what recite adds to the direct run: the reader, its dev
+        if all(s in times for s in extra):
+            row["extra_seconds"] = sum(times[s] for s in extra)
     return row
 
 
 def cell(key: str, value: float) -> str:
+    """A number as its column shows it."""
     if math.isnan(value):
         return "-"
     if key.endswith("seconds"):
@@ -215,7 +176,7 @@ def document_split(entries: list[Question | None] | None, documents: list[str]) 
     questions = [q for q in entries or [] if q is not None and q.place is not None]
     if not questions or not documents:
         return ""
-    found = place_in_document(questions, documents)
+    found = research.place_in_document(questions, documents)
     return (
         f"Of the {len(questions)} dev questions, {sum(f is True for f in found)} have the place in the person's "
         f"document, {sum(f is False for f in found)} do not, and {sum(f is None for f in found)} have no document."
@@ -223,10 +184,8 @@ def document_split(entries: list[Question | None] | None, documents: list[str]) 
 
 
 def this_machine() -> str:
-    """The GPU's name where there is one, else the CPU's description (utils.cpu_name)."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return cpu_name()
+    """The GPU's name where there is one, else the CPU's description (research.machine_name)."""
+    return research.machine_name(torch.device("cuda:0" if torch.cuda.is_available() else "cpu"))
 
 
 RECORD_KEYS = {"London baseline": "london", "vanilla, no pretraining": "vanilla_nopretrain"}
@@ -255,15 +214,15 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
         sidecar = read_sidecar(Path(args.runs) / f"{variant}.pretrain.params") if pretrained else None
         used = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
         if sidecar and "config" in sidecar:  # the settings the cpu recipe has changed in, as the run used them
-            used["pretrain_doc_offset"] = sidecar["config"]["doc_offset"]
+            used["pretrain_doc_offset"] = sidecar["config"].get("doc_offset", 0)  # 0: without --doc_offset
         reader = read_sidecar(Path(args.runs) / f"{variant}.reader.params") if run.protocol == "recite" else None
         if reader and "config" in reader:
             c = reader["config"]
             used["reader"] = {"max_epochs": c["max_epochs"], "learning_rate": c["finetune_lr"], "dropout": c["dropout"]}
-            examples = reader_examples(reader)
+            examples = research.reader_examples(reader)
             if examples is not None:  # the recitations that held their place
                 used["reader"]["examples"] = examples
-            if reader_copies(predictions_sidecar(Path(args.runs) / f"{run.prefix}.dev.predictions")):
+            if research.reader_copies(research.predictions_sidecar(Path(args.runs) / f"{run.prefix}.dev.predictions")):
                 used["reader"]["copies"] = True
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
@@ -272,8 +231,7 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
             "minutes": round(sum(seconds) / 60, 1), "command": args.command, **used, "protocol": run.protocol,
             **recite_fields(row),
         })  # fmt: skip
-    with open(RUNS_JSONL, "a", encoding="utf-8") as f:
-        f.writelines(json.dumps(line) + "\n" for line in lines)
+    research.append_jsonl(RUNS_JSONL, lines)
     print(f"{len(lines)} rows appended to {RUNS_JSONL}")
 
 

@@ -1,45 +1,120 @@
-"""Helpers of the research scripts in bench/: the machine's description for benchmark records,
-what run.py recorded of a run (the predictions' and the params' JSON sidecars, the TensorBoard log),
-reading the answer scores `evaluate --scores_path` writes, and the recall split (is the gold
-place in the person's pretraining document, and how often are those answers right?)."""
+"""Helpers of the bench/ scripts: the machine's description, its matmul peak, FLOP counting and JSON-lines
+rows for benchmark records; what run.py recorded of a run (the predictions' and params' sidecars, the
+TensorBoard log); the answer scores `evaluate --scores_path` writes; the recall split (is the gold place in
+the person's pretraining document, and how often are those answers right?)."""
 
 from __future__ import annotations
 
+import argparse
 import bisect
+import contextlib
+import json
 import math
 import platform
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
 
 from confidence import AnswerScore, evaluation_summary, person_name  # noqa: E402
 from dataset import Question, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
 from utils import UserError, cpu_info  # noqa: E402
 
+VARIANTS = ("vanilla", "perceiver", "rope")
+CPU = torch.device("cpu")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags, from /proc/cpuinfo."""
+    return set(cpu_info().get("flags", "").split())
+
 
 def cpu_name() -> str:
-    """The CPU's model name, family and model numbers, its vector capability and whether it has bf16
-    matmuls, for benchmark records: speeds differ by CPU, and CPUs of one name may differ in all of
-    these (three machines here called themselves "AMD EPYC": one with AVX512-BF16, one with AVX2 only,
-    and "AMD EPYC [family 23, model 1] (AVX2, no bf16)", a first-generation Zen, half as fast again)."""
+    """The CPU's name, family and model, vector capability and native bf16 or not: CPUs of one name differ."""
     info = cpu_info()
     name = info.get("model name", platform.processor() or platform.machine())
     if "cpu family" in info and "model" in info:
         name = f"{name} [family {info['cpu family']}, model {info['model']}]"
-    bf16 = "bf16" if {"avx512_bf16", "amx_bf16"} & set(info.get("flags", "").split()) else "no bf16"
+    bf16 = "bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags() else "no bf16"
     return f"{name} ({torch.backends.cpu.get_cpu_capability()}, {bf16})"
 
 
+def machine_name(device: torch.device) -> str:
+    """The GPU's name on CUDA, else the CPU's description (cpu_name)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, device: torch.device = CPU) -> float:
+    """GFLOP/s of (m, k) @ (k, n) in `dtype` on `device`: the best of 5 runs of about 0.25 s after a warm-up
+    (on a shared machine another process only ever slows a run down)."""
+    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+    for _ in range(3):
+        a @ b
+    best = 0.0
+    for _ in range(5):
+        synchronize(device)
+        reps, t0 = 0, time.perf_counter()
+        while reps < 2 or time.perf_counter() - t0 < 0.25:
+            a @ b
+            reps += 1
+        synchronize(device)
+        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def count_flops(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Callable = contextlib.nullcontext
+) -> int:
+    """FLOPs of one forward (with the loss) and backward of `model` on x, y (B, T), by torch's flop counter."""
+    with FlopCounterMode(display=False) as counter:
+        with autocast():
+            _, loss = model(x, y)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def benchmark_parser(doc: str, out: str) -> argparse.ArgumentParser:
+    """The flags bench_epoch.py and bench_scaling.py share; --out is bench/results/`out`, appended to."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    for size in ("n_layer", "n_head", "n_embd"):
+        p.add_argument(f"--{size}", type=int, default=None, help="the model's size (unset: the script's default)")
+    p.add_argument("--fp32", action="store_true", help="fp32 even where training would use bf16 (run.py --fp32)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / out, help="appended to")
+    p.add_argument("--no_record", action="store_true", help="print only")
+    return p
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file, blank lines skipped; [] when there is no file."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def append_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
+    """Append each row to `path` as one JSON line."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def predictions_sidecar(predictions: str | Path) -> dict:
-    """What `run.py evaluate --outputs_path P` found, from the predictions' sidecar P.json: the counts
-    ("questions", "with_places", "correct"), "accuracy" and the selective metrics where places were
-    given, "place_in_recitation" for a recite reader, "seconds" and the resolved "config"; {} when
-    there is no sidecar (evaluations before it was written, the London baseline)."""
+    """What `run.py evaluate --outputs_path P` found, from P.json (counts, "accuracy", "place_in_recitation"
+    for a reader, "seconds", "config"); {} without a sidecar (older evaluations, the London baseline)."""
     return read_sidecar(predictions) or {}
 
 
@@ -56,18 +131,13 @@ def reader_examples(reader: dict) -> int | None:
 
 
 def reader_copies(found: dict) -> bool:
-    """Whether a recite reader's answers were spans of their recitations, from its dev evaluation's
-    predictions sidecar: evaluate has written that sidecar only since a reader's answers are held to
-    spans, and records "place_in_recitation" in it for a reader alone (readers evaluated before decoded
-    freely, or left no sidecar to tell)."""
+    """Whether a reader's answers were spans of its recitations: its predictions' sidecar has the ceiling."""
     return "place_in_recitation" in found
 
 
 class LoggedEpochs:
-    """Epochs a run.py training has finished so far, from its TensorBoard log: the step of the last
-    train/epoch_seconds scalar (the trainer logs one per epoch, at the number of epochs done). The log is
-    the newest folder `<logs>/<prefix>_*` written since `since` (a time), read on from where the last call
-    left off; 0 until there is one."""
+    """Epochs a run.py training has finished: the step of the last train/epoch_seconds in the newest
+    TensorBoard folder `<logs>/<prefix>_*` written since `since`; 0 until there is one."""
 
     def __init__(self, logs: Path, prefix: str, since: float):
         self.logs, self.prefix, self.since = logs, prefix, since
@@ -89,8 +159,7 @@ class LoggedEpochs:
 
 
 def tensorboard_prefix(argv: list[str]) -> str:
-    """The name before the time stamp of the TensorBoard folders that `run.py ARGV` writes under
-    expt/<function>/ (logs.run_folder): <tb_expt_name>_<variant>_<role>_seed<seed>."""
+    """<tb_expt_name>_<variant>_<role>_seed<seed>: the TensorBoard folders' name that `run.py ARGV` writes."""
     from logs import run_role
     from run import resolved_config  # the command's settings, resolved as run.py resolves them
 
@@ -98,13 +167,16 @@ def tensorboard_prefix(argv: list[str]) -> str:
     return f"{config.tb_expt_name}_{config.variant}_{run_role(config)}_seed{config.seed}"
 
 
+def read_lines(path: str | Path) -> list[str]:
+    """A text file's lines, the final newline ending the last one."""
+    lines = read_text(path).split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:
     """Read a file written by `scores_tsv`: one entry per line, None for a blank line."""
-    lines = read_text(path).split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line
     out: list[AnswerScore | None] = []
-    for n, line in enumerate(lines, start=1):
+    for n, line in enumerate(read_lines(path), start=1):
         if not line:
             out.append(None)
             continue
@@ -117,8 +189,7 @@ def read_scores_tsv(path: str | Path) -> list[AnswerScore | None]:
 
 
 def person_documents(question: Question, documents: Sequence[str]) -> list[str]:
-    """The corpus lines of the question's person: those starting with their name and a full stop
-    ("Ada Lovelace. ..."). `documents` must be sorted; [] when the question names no one."""
+    """The lines of the sorted `documents` that start with the question's person's name and a full stop."""
     name = person_name(question.text)
     if name is None:
         return []
@@ -132,8 +203,7 @@ def person_documents(question: Question, documents: Sequence[str]) -> list[str]:
 
 
 def place_in_document(questions: Sequence[Question], documents: Sequence[str]) -> list[bool | None]:
-    """For each question: whether its gold place occurs in any of the person's pretraining documents
-    (person_documents); None when no document is found (or the question names no one)."""
+    """For each question: whether its gold place is in one of the person's documents; None without one."""
     docs = sorted(documents)
     out: list[bool | None] = []
     for q in questions:
@@ -146,10 +216,7 @@ RECALL_GROUPS = {True: "place_in_document", False: "place_not_in_document", None
 
 
 def recall_split(in_document: Sequence[bool | None], correct: Sequence[bool]) -> dict[str, float]:
-    """Count and accuracy of the questions whose place is / is not in the person's document / have none.
-
-    Keys `<group>_count` and `<group>_accuracy` (nan for an empty group).
-    """
+    """`<group>_count` and `<group>_accuracy` (nan when empty) of each RECALL_GROUPS group of questions."""
     metrics: dict[str, float] = {}
     for key, group in RECALL_GROUPS.items():
         hits = [ok for d, ok in zip(in_document, correct, strict=True) if d is key]

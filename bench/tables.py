@@ -3,29 +3,15 @@
     python bench/tables.py            # rewrite the tables in README.md and bench/results/all_runs.md
     python bench/tables.py --check    # exit 1 if any committed table differs from what the logs give
 
-Sources:
-  runs.jsonl             full `bash run.sh` runs (bench/report.py --record): every row of the pipeline
-  gpu.jsonl              the handout's recipe on a GPU (bench/gpu_check.py)
-  time_to_accuracy.jsonl earlier CPU runs, pretrain -> finetune -> evaluate timed; those of today's cpu
-                         recipe, run to the end of their planned epochs, join the results table
-  ensembles.jsonl        confidence-selected ensembles of seeds and variants
-  recite.jsonl           the recite protocol on pretrained models of the cpu recipe
-  speed.jsonl            bench/bench_speed.py, the latest line of each machine
-The scripts that wrote time_to_accuracy.jsonl, ensembles.jsonl and recite.jsonl are in commit 6a6e9b4.
-
-The README's table (todays_table) shows what `bash run.sh` gives today: one row per (run, protocol,
-machine). all_runs.md holds every run: first by recipe (results_table), then one line per run.
-The by-recipe table has one row per (run, protocol, recipe, machine, how the epochs were chosen: a
-fixed number, or planned to a time budget as run.sh plans them): dev accuracy per seed, their mean,
-and the minutes of a whole run (training and evaluation, the mean over seeds). The direct
-protocol's rows come first; each recite row also shows the share of dev recitations that hold the
-gold place and the minutes recite adds. The course's published figures stand beside it.
+Sources: runs.jsonl (`bash run.sh`, bench/report.py --record), gpu.jsonl (bench/gpu_check.py), speed.jsonl
+(bench_speed.py, bench_epoch.py) and, from scripts in commit 6a6e9b4, time_to_accuracy.jsonl (earlier CPU runs),
+ensembles.jsonl and recite.jsonl. README.md shows what `bash run.sh` gives today (todays_table); all_runs.md
+every run, by recipe (results_table) and one line each (all_runs_table).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -34,7 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+from research import read_jsonl  # noqa: E402
+
 from config import PRESETS, RunConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -59,19 +47,12 @@ DIRECT = {"protocol": "direct", "ceiling": None, "extra": None}
 MIN_EPOCHS = 80
 PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
 DEFAULTS = asdict(RunConfig("pretrain", "vanilla", "wiki.txt"))
-CPU_PRETRAIN = {**DEFAULTS, **PRESETS["cpu"]["pretrain"]}
+CPU_PRETRAIN = {"doc_offset": 0, **DEFAULTS, **PRESETS["cpu"]["pretrain"]}  # 0: a src/ without --doc_offset
 CPU_READER = {**DEFAULTS, **PRESETS["cpu"]["reader"]}
 TODAYS_READER = (CPU_READER["max_epochs"], CPU_READER["finetune_lr"], CPU_READER["dropout"])
 # What a logged cpu run without these fields used: the preset of every run logged before they were.
 EARLIER_DOC_OFFSET = 14
 EARLIER_READER = {"max_epochs": 5, "learning_rate": 1e-4, "dropout": 0.0}
-
-
-def read_jsonl(name: str) -> list[dict]:
-    path = RESULTS / name
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def todays_cpu_recipe(r: dict) -> bool:
@@ -115,9 +96,8 @@ def reader_finetune(reader: dict) -> tuple[int, float, float]:
 
 
 def cpu_reader(r: dict) -> bool:
-    """A recite.jsonl line of the product: a reader of the cpu preset, now or before (no finetune
-    flags but its settings), on a pretraining of the cpu recipe as long as todays_cpu_recipe asks of a
-    direct row."""
+    """A recite.jsonl line of a cpu-preset reader (no finetune flags but its settings) on a cpu-recipe
+    pretraining as long as todays_cpu_recipe asks of a direct row."""
     flags = r.get("finetune_flags")
     settings = ["--finetune_lr", "--dropout", "--max_epochs"]
     return (
@@ -129,18 +109,16 @@ def cpu_reader(r: dict) -> bool:
 
 
 def planned_to_budget(r: dict) -> bool:
-    """Whether a time_to_accuracy run planned its epochs to a time budget (as run.sh's do) rather than
-    running a fixed number: the two answer different questions and do not share a row."""
+    """Whether a time_to_accuracy run planned its epochs to a time budget (as run.sh does): not a fixed number."""
     return bool(r["pretrain_config"].get("budget_fit"))
 
 
 def result_rows() -> list[dict]:
     """Every measured run as {run, protocol, recipe, machine, seed, dev, minutes, epochs (None if not
-    pretrained), budget (epochs planned to a time budget), ceiling and extra minutes (recite only,
-    else None)}."""
+    pretrained), budget (planned to a time budget), ceiling and extra (recite's, else None)}."""
     rows = []
     pretrained_offset = None  # of the latest pretrained line: the ensemble line of a run.sh follows its own
-    for r in read_jsonl("runs.jsonl"):
+    for r in read_jsonl(RESULTS / "runs.jsonl"):
         recipe = "handout" if r["run"] == "london" else r["recipe"]
         if "pretrain_epochs" in r:
             pretrained_offset = r.get("pretrain_doc_offset", EARLIER_DOC_OFFSET)
@@ -155,8 +133,8 @@ def result_rows() -> list[dict]:
                      "machine": r["machine"], "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": r["minutes"],
                      "epochs": r.get("pretrain_epochs"), "ceiling": r.get("place_in_recitation"),
                      "extra": r.get("extra_minutes"), "budget": r["recipe"] == "cpu", "source": "run.sh"})  # fmt: skip
-    pretrainings = {r["name"]: r for r in read_jsonl("time_to_accuracy.jsonl")}
-    for r in read_jsonl("recite.jsonl"):
+    pretrainings = {r["name"]: r for r in read_jsonl(RESULTS / "time_to_accuracy.jsonl")}
+    for r in read_jsonl(RESULTS / "recite.jsonl"):
         if r.get("protocol") != "recite" or not cpu_reader(r):
             continue
         pretraining = pretrainings.get(r["name"], {})
@@ -169,7 +147,7 @@ def result_rows() -> list[dict]:
                      "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes, "epochs": r["pretrain_epochs"],
                      "ceiling": r["place_in_recitation_dev"], "extra": r["extra_minutes"],
                      "budget": bool(pretraining) and planned_to_budget(pretraining)})  # fmt: skip
-    for r in read_jsonl("gpu.jsonl"):
+    for r in read_jsonl(RESULTS / "gpu.jsonl"):
         if r.get("order") != "file" or r.get("pretrain_epochs") != 650:  # only the handout's own trainer
             continue
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
@@ -180,7 +158,7 @@ def result_rows() -> list[dict]:
                      "sharing it)", "seed": r["seed"], "dev": r["dev_accuracy"], "minutes": minutes,
                      "epochs": r["pretrain_epochs"], "budget": False, "source": "gpu_check",
                      **protocol})  # fmt: skip
-    for r in read_jsonl("time_to_accuracy.jsonl"):
+    for r in read_jsonl(RESULTS / "time_to_accuracy.jsonl"):
         if not todays_cpu_recipe(r):
             continue
         if r["variant"] == "perceiver" and r["started"][:10] < PERCEIVER_FIXED:
@@ -191,11 +169,6 @@ def result_rows() -> list[dict]:
     for logged, row in enumerate(rows):
         row["logged"] = logged  # runs.jsonl is in the order the runs ended
     return rows
-
-
-def order(run: str) -> int:
-    """Where a run's rows go in the results table."""
-    return ORDER.index(run)
 
 
 def short(machine: str) -> str:
@@ -210,6 +183,18 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def seed_cells(rows: list[dict]) -> tuple[str, str, str, str, str]:
+    """A group of runs' cells, its rows sorted by seed: seeds, dev % per seed, their mean, the recitations'
+    ceiling (recite only) and minutes (with what recite adds)."""
+    rows.sort(key=lambda r: r["seed"])
+    ceiling, minutes = "-", f"{mean([r['minutes'] for r in rows]):.0f}"
+    if rows[0]["protocol"] == "recite":
+        ceiling = f"{mean([r['ceiling'] for r in rows]) * 100:.1f}%"
+        minutes += f" (+{mean([r['extra'] for r in rows]):.1f} recite)"
+    seeds, per_seed = ", ".join(str(r["seed"]) for r in rows), ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
+    return seeds, per_seed, f"**{mean([r['dev'] for r in rows]) * 100:.1f}**", ceiling, minutes
+
+
 def results_table() -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in result_rows():
@@ -221,7 +206,7 @@ def results_table() -> str:
 
     def where(kv: tuple) -> tuple:  # direct rows first, then by run and machine
         run, protocol, _, machine, budget = kv[0]
-        return protocol != "direct", order(run), machine, budget, run
+        return protocol != "direct", ORDER.index(run), machine, budget, run
 
     for run in BASELINES:  # a baseline's latest machine only (all_runs.md lists every run)
         mine = [key for key in groups if key[0] == run]
@@ -230,23 +215,14 @@ def results_table() -> str:
             if key != latest:
                 del groups[key]
     for (run, protocol, recipe, machine, budget), rows in sorted(groups.items(), key=where):
-        rows.sort(key=lambda r: r["seed"])
-        per_seed = ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
-        average = mean([r["dev"] for r in rows]) * 100
-        minutes = sum(r["minutes"] for r in rows) / len(rows)
-        epochs = [r["epochs"] for r in rows if r["epochs"] is not None]  # per seed, where pretrained
-        if epochs:
-            shown = [f"{e:.0f}" for e in epochs]
+        seeds, per_seed, average, ceiling, minutes = seed_cells(rows)
+        shown = [f"{r['epochs']:.0f}" for r in rows if r["epochs"] is not None]  # per seed, where pretrained
+        if shown:
             recipe = f"{recipe}, {shown[0] if len(set(shown)) == 1 else '/'.join(shown)} epochs"
             recipe += " in a budget" if budget else ""
-        seeds = ", ".join(str(r["seed"]) for r in rows)
-        ceiling, shown_minutes = "-", f"{minutes:.0f}"
-        if protocol == "recite":
-            ceiling = f"{mean([r['ceiling'] for r in rows]) * 100:.1f}%"
-            shown_minutes += f" (+{mean([r['extra'] for r in rows]):.1f} recite)"
         lines.append(
             f"| {LABELS[run]} | {protocol} | {recipe} | {machine} | {seeds} | {per_seed} "
-            f"| **{average:.1f}** | {ceiling} | {shown_minutes} |"
+            f"| {average} | {ceiling} | {minutes} |"
         )
     return "\n".join(lines) + "\n\n" + PUBLISHED
 
@@ -259,35 +235,26 @@ def plain(machine: str) -> str:
 
 
 def todays_table() -> str:
-    """The README's table: what `bash run.sh` gives today, one row per (run, protocol, machine): the cpu
-    recipe as run.sh plans it (bench/report.py --record), and the handout's on a GPU (bench/gpu_check.py,
-    the recipe run.sh takes there). Every other run is in bench/results/all_runs.md."""
+    """The README's table: what `bash run.sh` gives today (the cpu recipe as planned, the handout's on a GPU),
+    a row per (run, protocol, machine)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in result_rows():
         if row.get("source") in ("run.sh", "gpu_check") and row["recipe"] in ("cpu", "handout"):
-            groups[(row["protocol"] != "direct", order(row["run"]), plain(row["machine"]), row["run"])].append(row)
+            key = (row["protocol"] != "direct", ORDER.index(row["run"]), plain(row["machine"]), row["run"])
+            groups[key].append(row)
     lines = [
         "| run | protocol | machine | recipe | seeds | dev % per seed | mean | pretraining epochs "
         "| place in recitation | minutes |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (recite, _, machine, run), rows in sorted(groups.items()):
-        rows.sort(key=lambda r: r["seed"])
+    for (_, _, machine, run), rows in sorted(groups.items()):
+        seeds, per_seed, average, ceiling, minutes = seed_cells(rows)
         epochs = "/".join(f"{r['epochs']:.0f}" for r in rows if r["epochs"] is not None) or "-"
-        ceiling = f"{mean([r['ceiling'] for r in rows]) * 100:.1f}%" if recite else "-"
-        minutes = f"{mean([r['minutes'] for r in rows]):.0f}"
-        minutes += f" (+{mean([r['extra'] for r in rows]):.1f} recite)" if recite else ""
-        seeds, per_seed = ", ".join(str(r["seed"]) for r in rows), ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
         lines.append(
             f"| {LABELS[run]} | {rows[0]['protocol']} | {machine} | {rows[0]['recipe']} | {seeds} | {per_seed} "
-            f"| **{mean([r['dev'] for r in rows]) * 100:.1f}** | {epochs} | {ceiling} | {minutes} |"
+            f"| {average} | {epochs} | {ceiling} | {minutes} |"
         )
     return "\n".join(lines) + "\n\n" + PUBLISHED
-
-
-def one_thread(m: re.Match) -> str:
-    """A speed line's ', N threads, torch ...' as ', 1 thread' for a one-thread run, else nothing."""
-    return ", 1 thread" if m.group(1) == "1" else ""
 
 
 def seconds(step: dict) -> str:
@@ -298,12 +265,13 @@ def seconds(step: dict) -> str:
 
 def speed_table() -> str:
     latest: dict[str, dict] = {}
-    for r in read_jsonl("speed.jsonl"):
+    for r in read_jsonl(RESULTS / "speed.jsonl"):
         if r.get("bench") != "epoch":  # bench_epoch.py's rows: epoch_table
             latest[r["machine"]] = r
     lines = ["| machine | measurement | reference | fast | ratio |", "|---|---|---|---|---|"]
     for machine, r in latest.items():
-        name = re.sub(r", torch .*", "", short(re.sub(r", (\d+) threads.*", one_thread, machine)))
+        one_thread = re.sub(r", (\d+) threads.*", lambda m: ", 1 thread" if m.group(1) == "1" else "", machine)
+        name = re.sub(r", torch .*", "", short(one_thread))  # the thread count shown for one thread only
         for t in r.get("train", [])[1::2]:
             ref = next(x for x in r["train"] if x["variant"] == t["variant"] and x["impl"] == "reference")
             fast, ratio = seconds(t), f"{ref['seconds_per_step'] / t['seconds_per_step']:.1f}x"
@@ -333,10 +301,9 @@ def speed_table() -> str:
 
 
 def epoch_table() -> str:
-    """bench/bench_epoch.py's latest rows per machine: a cpu-preset step priced against the measured matmul
-    peak, where its time goes, and the handout's step paired with the commit before its micro-batches."""
+    """bench_epoch.py's latest rows per machine: a step against the matmul peak, its parts, paired runs."""
     latest: dict[tuple, dict] = {}
-    for r in read_jsonl("speed.jsonl"):
+    for r in read_jsonl(RESULTS / "speed.jsonl"):
         if r.get("bench") == "epoch":
             latest[(r["cpu_name"], r["preset"], r["variant"], "paired_speedup" in r)] = r
     lines = ["| machine | pretraining step | seconds | GFLOP/s (of the peak) | forward, backward, optimizer |",
@@ -383,7 +350,7 @@ def all_runs_table() -> str:
         "| run | variant | CPU or GPU | precision | seed | recipe | epochs | dev | minutes |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in read_jsonl("time_to_accuracy.jsonl"):
+    for r in read_jsonl(RESULTS / "time_to_accuracy.jsonl"):
         c = r["pretrain_config"]
         device = (r.get("gpu") or r.get("cpu", "CPU not recorded")) + threads(r)
         precision = "bf16" if (r.get("gpu") or "bf16)" in r.get("cpu", "bf16)")) and c.get("bf16", True) else "fp32"
@@ -393,35 +360,33 @@ def all_runs_table() -> str:
             f"| {r['name']} | {r['variant']} | {device} | {precision} | {r['seed']} | {recipe} | {epochs:g} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {r['total_seconds'] / 60:.1f} |"
         )
-    for r in read_jsonl("gpu.jsonl"):
+    for r in read_jsonl(RESULTS / "gpu.jsonl"):
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
         recipe = f"handout, {r.get('order', 'file')} order, decay {r.get('decay', 'all_but_biases')}"
         lines.append(
             f"| {r['name']} | {r['variant']} | {r['gpu']} | {r.get('precision', 'bf16').split()[0]} | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
         )
-    for r in read_jsonl("ensembles.jsonl"):  # minutes: every member's training + evaluation
+    for r in read_jsonl(RESULTS / "ensembles.jsonl"):  # minutes: every member's training + evaluation
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
             f"| {r['label']} | {', '.join(r['variants'])} | {r['machine']} | {precision} | - | cpu | - "
             f"| {r['dev_accuracy'] * 100:.1f}% | {r['minutes']:.1f} |"
         )
-    for r in read_jsonl("recite.jsonl"):
+    for r in read_jsonl(RESULTS / "recite.jsonl"):
         if r.get("protocol") != "recite":  # earlier lines: a research script on AdamW models (RESEARCH.md)
             continue
         minutes = (r["pretrain_seconds"] + r["reader_seconds"] + r["recite_dev_seconds"]) / 60
         reader = r["reader_config"]
         trained_on = r.get("reader_examples") or "all"
-        recipe = (
-            f"recite, reader {reader['max_epochs']} epochs at {reader['learning_rate']:g} on {trained_on} "
-            f"recitations, {r['recite_chars']} chars"
-        )
+        recipe = f"recite, reader {reader['max_epochs']} epochs at {reader['learning_rate']:g} on {trained_on} "
+        recipe += f"recitations, {r['recite_chars']} chars"
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
             f"| {r['name']} | {r['variant']} | {r['machine']}{threads(r)} | {precision} | {r['seed']} | {recipe} | {r['pretrain_epochs']:g} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
         )
-    for r in read_jsonl("runs.jsonl"):
+    for r in read_jsonl(RESULTS / "runs.jsonl"):
         precision = "bf16" if "bf16)" in r["machine"] else "fp32"
         lines.append(
             f"| run.sh {r['date']}: {r['run']}{' (recite)' if r.get('protocol') == 'recite' else ''} "

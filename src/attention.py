@@ -59,7 +59,7 @@ def attend(
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Zero each element of x with probability p and scale the rest so the mean is kept; same shape as x.
 
-    Call with p = 0 when not training. A CUDA tensor gets F.dropout. On CPU
+    Call with p = 0 when not training. A CUDA tensor, or a compiled graph, gets F.dropout. On CPU
     one 64-bit random number is drawn per four elements and an element is
     dropped when 15 of its 16 bits fall below round(p * 2**15): the rate is p
     to within 2**-16 (0.1 -> 0.10001) and kept values are scaled by the exact
@@ -67,7 +67,7 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """
     if p == 0.0:
         return x
-    if x.is_cuda:
+    if x.is_cuda or torch.compiler.is_compiling():  # a compiled graph draws its own random bits
         return F.dropout(x, p=p)
     n = x.numel()
     # random_() fills int64 with 63 random bits: every 16-bit lane has at least 15 random low bits.

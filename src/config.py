@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from dataset import ORDERS, max_truncated_len, question_problem
+from dataset import ORDERS, question_problem
 from model import GPT, VARIANTS, GPTConfig
 from params import stored_sizes
 from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
@@ -78,7 +78,6 @@ HANDOUT, OUTPUTS, TRAINING, RECIPE, RUN, SPEED = (
 )  # fmt: skip
 TRAIN, PRETRAIN, FINETUNE, EVALUATE = ("pretrain", "finetune"), ("pretrain",), ("finetune",), ("evaluate",)
 LOGGED = ("pretrain", "finetune", "evaluate")
-DOC_OFFSET_ROOM = BLOCK_SIZE - max_truncated_len(BLOCK_SIZE) - 2  # characters free before the longest example
 
 
 @dataclass
@@ -138,8 +137,6 @@ class RunConfig:
                                     at_most=BLOCK_SIZE - ANSWER_ROOM)  # fmt: skip
     preset: str = flag("handout", "recipe for unset flags: handout (the course's, default) or cpu (README)", RECIPE,
                        choices=list(PRESETS))  # fmt: skip
-    doc_offset: int = flag(0, "start each example at a random position 0..N after another document's end",
-                           RECIPE, PRETRAIN, type=int, at_least=0, at_most=DOC_OFFSET_ROOM)  # fmt: skip
     # Research settings that the presets set: not in --help.
     schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
     order: str = flag("bucketed", None, RECIPE, TRAIN, choices=ORDERS)
@@ -156,6 +153,8 @@ class RunConfig:
                       "run.sh's EXTRA_FLAGS may)", SPEED, action="store_true")  # fmt: skip
     micro_batch: int | None = flag(None, "rows per length-grouped micro-batch of the handout's file order (0: whole "
                                    "batches; unset: measured)", SPEED, TRAIN, type=int, at_least=0)  # fmt: skip
+    compile: bool = flag(False, "compile the model whole, every batch padded to the block (on CUDA: captured in "
+                         "CUDA graphs, for a launch-bound GPU)", SPEED, TRAIN, action="store_true")  # fmt: skip
     threads: int | None = flag(None, "CPU threads (unset: torch's count, chosen as a planned run trains)", SPEED,
                                type=int, at_least=1, at_most=os.cpu_count() or 1)  # fmt: skip
 
@@ -164,7 +163,7 @@ class RunConfig:
 # contents are compared by hash; where outputs go, budgets, checkpoints, device, precision and threads may change).
 RESUME_MUST_MATCH = ("variant", "pretrain_lr", "finetune_lr", "bottleneck_dim", "max_epochs", "batch_size",
                      "dropout", "optimizer", "seed", "n_layer", "n_head", "n_embd", "recite", "recite_chars",
-                     "doc_offset", "schedule", "order", "decay")  # fmt: skip
+                     "schedule", "order", "decay")  # fmt: skip
 
 
 def phase(function: str, recite: bool, reading_params_path: str | None) -> str:
@@ -255,6 +254,7 @@ def trainer_config(
         seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
         ckpt_every=args.ckpt_every,
+        compile=args.compile,
     )
 
 

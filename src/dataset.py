@@ -101,11 +101,7 @@ class CharCorruptionDataset(Dataset):
     The corpus also defines the vocabulary (`stoi`, `itos`, `vocab_size`).
     """
 
-    def __init__(self, data: str, block_size: int, source: str = "corpus", max_offset: int = 0) -> None:
-        # 0 = the handout (and both presets): every example starts at position 0. --doc_offset N
-        # starts each at a random position 0..N, after the end of another random document, so that
-        # a name is not only ever read at the start of the block (see bench/RESEARCH.md).
-        self.max_offset = max_offset
+    def __init__(self, data: str, block_size: int, source: str = "corpus") -> None:
         self.vocab = Vocabulary.from_text(data)
         self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
         self.vocab_size = len(self.vocab)
@@ -116,15 +112,11 @@ class CharCorruptionDataset(Dataset):
         if not any(line.strip() for line in self.data):
             raise UserError(f"{source}: contains no documents (no line with anything but spaces)")
         # Documents as padded id arrays, for vectorised batches: an example reads at most the first
-        # block_size characters of its document and the last max_offset of another (`doc_tails`, whose
-        # position j is character len - max_offset + j, or the first one of a shorter document).
+        # block_size characters of its document.
         self.doc_lengths = np.array([len(d) for d in self.data], dtype=np.int64)
         self.doc_ids = np.zeros((len(self.data), block_size), dtype=np.int64)
-        self.doc_tails = np.zeros((len(self.data), max_offset), dtype=np.int64)
         for i, d in enumerate(self.data):
             self.doc_ids[i, : min(len(d), block_size)] = self.vocab.encode(d[:block_size])
-            if max_offset:
-                self.doc_tails[i] = self.vocab.encode("".join(d[max(k, 0)] for k in range(len(d) - max_offset, len(d))))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -140,8 +132,7 @@ class CharCorruptionDataset(Dataset):
 
         Each document is cut to a random length L in 4..7/8 of the block; a span of random length
         m in 1..L/2-1 starting at a random a is moved to the end: `prefix MASK suffix MASK span`,
-        then PAD. With max_offset, the example starts after the last 0..max_offset characters of
-        another random document. Returns (ids (N, block_size), real_len (N,)): the examples and how
+        then PAD. Returns (ids (N, block_size), real_len (N,)): the examples and how
         many characters of each are not PAD.
         """
         n = len(doc_index)
@@ -157,15 +148,7 @@ class CharCorruptionDataset(Dataset):
         ids = self.doc_ids[doc_index[:, None], src]
         ids = np.where((p == a) | (p == L - m + 1), 1, ids)  # the two MASKs
         ids = np.where(p >= L + 2, 0, ids)  # PAD
-        if not self.max_offset:
-            return ids, (L + 2)[:, 0]
-        # What stands before the document: the last `offset` characters of another one.
-        offset = rng.integers(0, self.max_offset + 1, n)[:, None]
-        other = rng.integers(0, len(self.data), n)[:, None]
-        before = self.doc_tails[other, np.clip(self.max_offset - offset + p, 0, self.max_offset - 1)]
-        body = np.take_along_axis(ids, np.clip(p - offset, 0, self.block_size - 1), axis=1)
-        ids = np.where(p < offset, before, body)
-        return ids, (L + 2 + offset)[:, 0]
+        return ids, (L + 2)[:, 0]
 
     def epoch_batches(
         self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop_multiple: int = 8

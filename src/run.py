@@ -353,8 +353,7 @@ def run(args: RunConfig, command: str = "") -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus_path = locate_data(args.pretrain_corpus_path)
-    corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path),
-                                   max_offset=args.doc_offset)  # fmt: skip
+    corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
     model = build_model(args, corpus.vocab_size)
     if args.function == "ask":
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run

@@ -22,6 +22,16 @@ from machine import autocast
 from optim import make_optimizer
 from utils import rng_states, set_rng_states, torch_save_atomic
 
+# Losses are read from the device every this many steps: reading one waits for the step to finish.
+LOSS_EVERY = 16
+# What torch.compile generates code with (tests trace with "aot_eager": the same graph, no code generated).
+COMPILE_BACKEND = "inductor"
+
+
+def pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    """t (B, T) padded with PAD (0) on the right to (B, width)."""
+    return torch.nn.functional.pad(t, (0, width - t.size(1)))
+
 
 @dataclass
 class TrainerConfig:
@@ -46,6 +56,7 @@ class TrainerConfig:
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
     micro_batch: int = 0  # rows per length-grouped micro-batch of a step (0: the whole batch at once; see optimize)
+    compile: bool = False  # the model compiled whole, every batch padded to one width (CUDA: with CUDA graphs)
 
 
 @dataclass
@@ -83,6 +94,20 @@ def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap:
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def epoch_line_due(epoch: int, max_epochs: int) -> bool:
+    """Whether epoch (1-based) gets a line: the first, the last and each that completes a tenth of the run."""
+    return epoch <= 1 or epoch >= max_epochs or epoch * 10 // max_epochs > (epoch - 1) * 10 // max_epochs
+
+
+def on_device(batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """The (x, y) batches copied to `device` in one transfer (pinned on CUDA, not waited for): one copy
+    an epoch instead of two a step. Returns views of the copy, in the same shapes."""
+    flat = torch.cat([t.reshape(-1) for pair in batches for t in pair])
+    flat = flat.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else flat.to(device)
+    parts = iter(flat.split([t.numel() for pair in batches for t in pair]))
+    return [(next(parts).view(x.shape), next(parts).view(y.shape)) for x, y in batches]
+
+
 class TrainingInterrupted(Exception):
     """Raised after SIGINT/SIGTERM once a checkpoint has been written; carries its path."""
 
@@ -112,6 +137,12 @@ class Trainer:
         self.state = TrainState(config.max_epochs, config.final_tokens, batches, config.learning_rate)
         self.clock = time.monotonic  # tests replace it
         self.stop_requested = False  # set by a signal handler: checkpoint, then raise TrainingInterrupted
+        self.pending: list[torch.Tensor] = []  # losses of the steps since read_losses, still on the device
+        # The model as the steps call it: compiled for static shapes (CUDA: captured in CUDA graphs).
+        self.step_model = self.model
+        if config.compile:
+            mode = "reduce-overhead" if device.type == "cuda" else None
+            self.step_model = torch.compile(model, mode=mode, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND)
 
     def add_callback(self, event: str, callback: Callable[[TrainState], None]) -> None:
         """Run callback(state) at `event`: on_batch_end, on_epoch_end or on_train_end."""
@@ -124,62 +155,85 @@ class Trainer:
     def train(self) -> list[float]:
         """Run the epochs (to max_steps, or until a callback stops it); returns every step's loss.
         Raises TrainingInterrupted, after writing a checkpoint, once stop_requested is set."""
-        s, max_steps = self.state, self.config.max_steps or math.inf
+        s = self.state
         self.model.train()
+        bar = tqdm(total=self.planned_steps(), initial=s.step, desc="training", unit="step", leave=False)
         tick = self.clock()
         try:
             while s.epoch < s.max_epochs and not self.finished():
-                started, whole = s.seconds, s.batch_in_epoch == 0
-                n = s.batches_per_epoch
-                desc = f"epoch {s.epoch + 1}/{s.max_epochs}" if max_steps >= n else f"{max_steps} steps"
-                batches = self.batches(s.epoch, skip=s.batch_in_epoch)
-                bar = tqdm(batches, total=min(n, s.batch_in_epoch + max_steps - s.step), initial=s.batch_in_epoch,
-                           desc=desc, leave=False)  # fmt: skip
-                for x, y in bar:
-                    loss = self.optimize(x, y)
+                started, whole, n = s.seconds, s.batch_in_epoch == 0, s.batches_per_epoch
+                for x, y in self.batches(s.epoch, skip=s.batch_in_epoch):
+                    self.pending.append(self.optimize(x, y))
                     now = self.clock()
                     s.step, s.batch_in_epoch, s.step_seconds, tick = s.step + 1, s.batch_in_epoch + 1, now - tick, now
                     s.seconds += s.step_seconds
                     s.lr = self.schedule(x.size(0) * (getattr(self.train_dataset, "example_length", 0) or y.size(1)))
-                    s.losses.append(loss.item())
-                    if not math.isfinite(s.losses[-1]):  # every later step would be NaN too: stop before saving any
-                        raise FloatingPointError(f"the loss became {s.losses[-1]} at step {s.step}")
-                    for name, value in (("loss", s.losses[-1]), ("lr", s.lr), ("tokens_seen", s.tokens)):
-                        self.log(f"train/{name}", value, s.step)
-                    bar.set_postfix(loss=f"{s.losses[-1]:.4f}", lr=f"{s.lr:.2e}")
+                    self.log("train/lr", s.lr, s.step)
+                    self.log("train/tokens_seen", s.tokens, s.step)
+                    if s.step % LOSS_EVERY == 0:
+                        self.read_losses()
                     self.trigger_callbacks("on_batch_end")
+                    bar.total = self.planned_steps()
+                    bar.update()
                     self.checkpoint_if_due()
                     if self.finished() and s.batch_in_epoch < n:
                         break  # stopped inside the epoch; one finished by its last step counts whole
                 else:
                     s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                self.read_losses()
                 s.whole_epoch = whole and s.batch_in_epoch == 0
                 if s.whole_epoch:
                     s.epoch_seconds.append(s.seconds - started)
-                if s.losses:
-                    tqdm.write(f"{desc}: loss {s.losses[-1]:.4f}, {s.seconds - started:.1f} s")
-                    self.log("train/epoch_seconds", s.seconds - started, s.epoch)
+                bar.set_postfix(loss=f"{s.losses[-1]:.4f}" if s.losses else "-", lr=f"{s.lr:.2e}")
+                epoch = s.epoch + (s.batch_in_epoch > 0)
+                if s.losses and (self.finished() or epoch_line_due(epoch, s.max_epochs)):
+                    tqdm.write(f"epoch {epoch}/{s.max_epochs}: loss {s.losses[-1]:.4f}, {s.seconds - started:.1f} s, "
+                               f"{s.seconds:.0f} s in all")  # fmt: skip
+                self.log("train/epoch_seconds", s.seconds - started, s.epoch)
                 self.trigger_callbacks("on_epoch_end")
         finally:
+            bar.close()
             self.trigger_callbacks("on_train_end")
         self.save_checkpoint()
         return s.losses
 
+    def planned_steps(self) -> int:
+        """The run's steps as planned now (a time budget's plan moves max_epochs)."""
+        return min(self.state.max_epochs * self.state.batches_per_epoch, self.config.max_steps or math.inf)
+
+    def read_losses(self) -> None:
+        """Move the losses of the steps since the last read to the state and the log: one device sync per
+        LOSS_EVERY steps, not one a step. A non-finite loss raises FloatingPointError naming its step."""
+        if not self.pending:
+            return
+        values, first = torch.stack(self.pending).float().tolist(), self.state.step - len(self.pending) + 1
+        self.pending.clear()
+        for step, value in enumerate(values, start=first):
+            if not math.isfinite(value):  # every later step would be NaN too: stop before saving any
+                raise FloatingPointError(f"the loss became {value} at step {step}")
+            self.state.losses.append(value)
+            self.log("train/loss", value, step)
+
     def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        """The batches of `epoch`, after the first `skip`; the same on every run."""
+        """The batches of `epoch`, after the first `skip`; the same on every run. Compiled, each is padded
+        to the full example length (PAD targets add no loss); on an accelerator, they come already there."""
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, epoch])
-        return itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
+        batches = itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
+        if cfg.compile:
+            width = getattr(self.train_dataset, "example_length", 0)
+            batches = ((pad(x, width), pad(y, width)) for x, y in batches)
+        return batches if self.device.type == "cpu" else on_device(list(batches), self.device)
 
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One optimizer step on the batch x, y (B, T); returns its loss. The gradient is summed over the
-        micro-batches, each weighted by its share of the batch's targets: the whole batch's step."""
+        """One optimizer step on the batch x, y (B, T); returns its loss (on the device). The gradient is summed
+        over the micro-batches, each weighted by its share of the batch's targets: the whole batch's step."""
         x, y = x.to(self.device), y.to(self.device)
         self.model.zero_grad(set_to_none=True)
         losses, self.state.step_positions = [], 0
         for xs, ys, share in self.micro_batches(x, y):
             with autocast(self.device, self.config.bf16):
-                _, part = self.model(xs, ys)
+                _, part = self.step_model(xs, ys)
             (part * share).backward()
             losses.append(part.detach() * share)
             self.state.step_positions += xs.numel()
@@ -192,7 +246,7 @@ class Trainer:
         rows grouped by where their targets end, each group cropped there (to a multiple of 8): the loss must
         be a mean over the targets that are not 0 (PAD), as GPT's is, and the model causal."""
         size = self.config.micro_batch
-        if not size or size >= len(x):
+        if not size or size >= len(x) or self.config.compile:
             return [(x, y, 1.0)]
         targets = y != 0  # (B, T)
         ends = torch.where(targets.any(1), y.size(1) - targets.flip(1).int().argmax(1), 0)  # (B,) last target + 1
@@ -231,6 +285,7 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         """Write the checkpoint atomically."""
+        self.read_losses()
         if self.config.ckpt_path is not None:
             t0 = time.time()
             torch_save_atomic(self.checkpoint(), self.config.ckpt_path, sealed=True)

@@ -176,15 +176,6 @@ def test_missing_finetune_corpus_is_a_one_line_error(tiny_corpus, capsys):
     one_line_error(capsys, "missing.tsv")
 
 
-def test_pretraining_with_document_offsets_runs(tiny_corpus):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 3, "--doc_offset", "14") == 0
-
-
-def test_document_offsets_outside_pretraining_are_a_one_line_error(tiny_corpus, tiny_train_tsv, capsys):
-    assert finetune("vanilla", tiny_corpus, tiny_train_tsv, "ft.params", None, 3, "--doc_offset", "3") == 2
-    one_line_error(capsys, "--doc_offset is for pretrain, not finetune")
-
-
 def test_training_with_muon_is_recorded_in_the_params_sidecar(tiny_corpus):
     assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--optimizer", "muon") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
@@ -536,7 +527,7 @@ def trainer_settings(args: RunConfig):
 
 def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
     pre = resolved("pretrain", "vanilla", "wiki.txt")
-    assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout, pre.doc_offset) == (650, 128, 6e-3, 0.1, 0)
+    assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout) == (650, 128, 6e-3, 0.1)
     assert pre.optimizer == "adamw"
     cfg = trainer_settings(pre)
     assert cfg.final_tokens == 200 * 2937 * 128 and not cfg.cosine_cap
@@ -562,11 +553,6 @@ def test_cpu_preset_ends_its_cosine_with_the_run():
     assert cfg.cosine_cap and cfg.final_tokens == args.max_epochs * 2937 * 127
 
 
-def test_cpu_preset_pretrains_on_documents_from_position_0_where_recitation_reads_them():
-    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").doc_offset == 0
-    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu", "--doc_offset", "14").doc_offset == 14
-
-
 def test_cpu_preset_finetunes_from_scratch_like_the_handout():
     args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu")
     assert (args.max_epochs, args.batch_size, args.finetune_lr, args.dropout) == (75, 256, 6e-4, 0.1)
@@ -575,7 +561,7 @@ def test_cpu_preset_finetunes_from_scratch_like_the_handout():
 def test_cpu_preset_pretrains_with_muon_at_batch_32_for_at_most_150_epochs_planned_to_60_minutes():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
     assert (args.optimizer, args.batch_size, args.pretrain_lr, args.max_epochs) == ("muon", 32, 1e-3, 150)
-    assert (args.dropout, args.doc_offset, args.budget_minutes) == (0.0, 0, 60)
+    assert (args.dropout, args.budget_minutes) == (0.0, 60)
     assert time_budget(args) == (3600, True)
 
 
@@ -623,7 +609,7 @@ def test_each_commands_help_shows_its_own_flags_in_groups(command, groups):
 def test_finetunes_help_lists_only_the_flags_finetune_takes():
     text = run.make_parser("finetune").format_help()
     assert "--finetune_corpus_path" in text and "--recite" in text and "--max_epochs" in text
-    for other in ("--eval_corpus_path", "--outputs_path", "--pretrain_lr", "--budget_minutes", "--doc_offset"):
+    for other in ("--eval_corpus_path", "--outputs_path", "--pretrain_lr", "--budget_minutes"):
         assert other not in text
 
 
@@ -662,7 +648,7 @@ def test_a_flag_of_another_command_is_refused_in_one_line(argv, message, capsys)
 
 
 def test_resume_compares_the_settings_that_define_the_result_and_lets_outputs_budget_and_machine_change():
-    assert {"variant", "pretrain_lr", "batch_size", "seed", "doc_offset", "n_embd", "order"} <= set(RESUME_MUST_MATCH)
+    assert {"variant", "pretrain_lr", "batch_size", "seed", "n_embd", "order"} <= set(RESUME_MUST_MATCH)
     free = {"writing_params_path", "outputs_path", "budget_minutes", "device", "resume", "fp32", "threads"}
     assert not free & set(RESUME_MUST_MATCH) and set(RESUME_MUST_MATCH) <= {
         f.name for f in dataclasses.fields(RunConfig)
@@ -748,10 +734,10 @@ def test_an_ensemble_member_whose_sidecar_gives_no_heads_is_a_one_line_error(tin
     one_line_error(capsys, "b.params: its sidecar gives n_head 0")
 
 
-def test_params_sidecar_records_dropout_and_doc_offset(tiny_corpus):
-    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--dropout", "0.05", "--doc_offset", "3") == 0
+def test_params_sidecar_records_dropout(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--dropout", "0.05") == 0
     sidecar = json.loads(Path("pt.params.json").read_text(encoding="utf-8"))
-    assert (sidecar["config"]["dropout"], sidecar["config"]["doc_offset"]) == (0.05, 3)
+    assert sidecar["config"]["dropout"] == 0.05
 
 
 def test_explicit_flags_win_over_the_preset():

@@ -9,7 +9,6 @@ import pytest
 import torch
 from conftest import PEOPLE, real_data
 
-import config
 from dataset import (
     MASK_CHAR,
     PAD_CHAR,
@@ -116,42 +115,6 @@ def test_bucketed_epoch_visits_every_document_once_and_crops_only_padding():
         assert x.shape == y.shape
         longest = int((y != 0).sum(1).max())  # real targets of the longest example (PAD only after them)
         assert x.size(1) == min(BLOCK - 1, -(-longest // 8) * 8)
-
-
-def uncorrupts_after_some_offset(text: str, document: str, corpus: list[str], max_offset: int) -> bool:
-    """True if text = (tail of a corpus document, 0..max_offset chars) + a corruption of `document`."""
-    for offset in range(max_offset + 1):
-        filler, rest = text[:offset], text[offset:]
-        if not any(d.endswith(filler) for d in corpus) or rest.count(MASK_CHAR) != 2:
-            continue
-        prefix, suffix, masked = rest.split(MASK_CHAR)
-        truncated = prefix + masked + suffix
-        if len(truncated) >= 4 and document.startswith(truncated):
-            return True
-    return False
-
-
-def test_offset_examples_are_another_documents_tail_then_a_corruption():
-    ds = CharCorruptionDataset("\n".join(corpus_dataset().data), BLOCK, max_offset=14)
-    ids, real_len = ds.corrupted_ids(np.arange(len(ds)), np.random.default_rng(0))
-    for i in range(len(ds)):
-        text = ds.vocab.decode(ids[i, : real_len[i]].tolist())
-        assert (ids[i, real_len[i] :] == 0).all()
-        assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 14)
-
-
-def test_offset_examples_from_getitem_follow_the_same_rule():
-    ds = CharCorruptionDataset("\n".join(corpus_dataset().data), BLOCK, max_offset=14)
-    random.seed(0)
-    for i in range(len(ds)):
-        x, y = ds[i]
-        text = ds.vocab.decode(torch.cat([x, y[-1:]]).tolist()).rstrip(PAD_CHAR)
-        assert uncorrupts_after_some_offset(text, ds.data[i], ds.data, 14)
-
-
-def test_offsets_that_do_not_fit_the_block_are_refused():
-    typed = {"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "x", "doc_offset": 15}
-    assert "--doc_offset must be between 0 and 14, got 15" in config.problems(config.resolve(typed))
 
 
 def test_name_dataset_trains_only_the_answer(tmp_path):

@@ -157,8 +157,8 @@ def test_a_place_with_spaces_around_it_is_refused_naming_its_line(tiny_corpus, t
 def test_a_document_far_longer_than_the_block_costs_no_more_memory_than_the_block(tmp_path):
     from dataset import CharCorruptionDataset
 
-    ds = CharCorruptionDataset("a short one\n" + "x" * 1_000_000 + "\n", 128, max_offset=14)
-    assert ds.doc_ids.shape == (2, 128) and ds.doc_tails.shape == (2, 14)
+    ds = CharCorruptionDataset("a short one\n" + "x" * 1_000_000 + "\n", 128)
+    assert ds.doc_ids.shape == (2, 128)
 
 
 # ---------------------------------------------------------------------------

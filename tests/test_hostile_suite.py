@@ -103,7 +103,6 @@ ALLOWED = {
     **{(f"run.py {c}", "ckpt_every", v): "0: a checkpoint at the end only; more steps than the run: the same"
        for c in ("pretrain", "finetune") for v in ("0", str(10**12))},
     **{(f"run.py {c}", "dropout", "0"): "no dropout (the cpu preset's)" for c in ("pretrain", "finetune")},
-    ("run.py pretrain", "doc_offset", "0"): "the handout's: examples start at their document's start",
     **{(f"run.py {c}", "micro_batch", v): "0: whole batches; more rows than a batch: the same"
        for c in ("pretrain", "finetune") for v in ("0", str(10**12))},
     ("run.py pretrain", "budget_minutes", str(10**12)): "a budget is a cap, and the cpu preset plans to it",

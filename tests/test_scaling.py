@@ -14,6 +14,7 @@ from conftest import REPO_ROOT
 
 from bench import bench_scaling, plot_scaling
 from bench.bench_scaling import Point
+from bench.research import VARIANTS
 
 RECORDED = REPO_ROOT / "bench" / "results" / "scaling.jsonl"
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "bottleneck_dim": 8}
@@ -34,7 +35,7 @@ def test_every_recorded_row_has_its_fields_and_a_full_run_steps_on_16384_tokens(
     rows = plot_scaling.read_rows(RECORDED)
     assert rows
     for r in rows:
-        assert r["variant"] in bench_scaling.VARIANTS and r["precision"] in ("bf16", "fp32")
+        assert r["variant"] in VARIANTS and r["precision"] in ("bf16", "fp32")
         assert r["T"] > 0 and r["batch"] > 0 and r["run"] and r["date"] and r["load_average"] >= 0
         assert {"label", "device", "threads", "torch", *bench_scaling.CPU_FLAGS} <= set(r["machine"])
         if not r["quick"]:
@@ -50,7 +51,7 @@ def test_every_recorded_row_has_its_fields_and_a_full_run_steps_on_16384_tokens(
 # FLOPs: the arithmetic, before any timing
 
 
-@pytest.mark.parametrize("variant", bench_scaling.VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_the_analytic_flops_equal_the_flop_counters_count(variant):
     for T in (32, 64, 512):  # the perceiver: below, at and above its bottleneck of 64
         assert bench_scaling.counted_flops(handout_point(variant, T)) == bench_scaling.analytic_flops(
@@ -156,7 +157,7 @@ def test_a_quick_run_records_each_point_measured_in_its_own_process(tmp_path, ca
 
 def test_no_record_prints_the_table_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench_scaling, "run_point_in_child", lambda p, timeout: bench_scaling.run_point(p))
-    monkeypatch.setattr(bench_scaling, "matmul_gflops", lambda *a, **k: 100.0)
+    monkeypatch.setattr(bench_scaling.research, "matmul_gflops", lambda *a, **k: 100.0)
     out = tmp_path / "scaling.jsonl"
     argv = ["--quick", "--no_record", "--variants", "perceiver", "--lengths", "16", "32", "--n_embd", "32"]
     assert bench_scaling.main([*argv, "--out", str(out)]) == 0
@@ -213,7 +214,7 @@ def test_the_figure_takes_a_machine_and_precision_filter_and_leaves_quick_runs_o
 def test_the_figure_is_written_as_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     run = "2026-11-28T10:00:00"
-    rows = [scaling_row(run, v, T) for v in bench_scaling.VARIANTS for T in (128, 256, 512)]
+    rows = [scaling_row(run, v, T) for v in VARIANTS for T in (128, 256, 512)]
     rows.append(scaling_row(run, "vanilla", 1024, skipped="needs about 30 GB"))
     write_rows(tmp_path / "scaling.jsonl", rows)
     out = tmp_path / "scaling.png"

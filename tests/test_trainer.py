@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.nn as nn
 
+import trainer as loop
 from bench import course
 from config import resolve, trainer_config
 from dataset import CharCorruptionDataset
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, lr_multiplier
+from trainer import Trainer, TrainerConfig, epoch_line_due, lr_multiplier, on_device
 
 WARM, FINAL = 10_240, 1_000_000
 
@@ -57,12 +58,17 @@ def tiny_people_dataset(people: int = 40) -> CharCorruptionDataset:
 
 
 def tiny_run(
-    seed: int = 0, steps: int = 6, dropout: float = 0.1, device: torch.device | None = None, **config
+    seed: int = 0,
+    steps: int = 6,
+    dropout: float = 0.1,
+    device: torch.device | None = None,
+    dtype=torch.float32,
+    **config,
 ) -> list[float]:
     torch.manual_seed(seed)
     ds = tiny_people_dataset()
     drops = {"embd_pdrop": dropout, "resid_pdrop": dropout, "attn_pdrop": dropout}
-    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, **drops))
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, **drops)).to(dtype)
     cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, seed=seed, max_steps=steps, **config)
     random.seed(seed)
     return Trainer(model, ds, cfg, device or torch.device("cpu")).train()
@@ -167,6 +173,41 @@ def test_same_seed_gives_identical_loss_curves():
 
 def test_max_steps_stops_training():
     assert len(tiny_run(steps=4)) == 4
+
+
+def test_losses_read_from_the_device_every_few_steps_are_every_steps_loss_in_order(monkeypatch):
+    read_in_batches = tiny_run(steps=loop.LOSS_EVERY + 5)
+    monkeypatch.setattr(loop, "LOSS_EVERY", 1)
+    assert read_in_batches == tiny_run(steps=len(read_in_batches))
+
+
+def test_an_epochs_batches_copied_in_one_transfer_keep_their_values_and_shapes():
+    ds = tiny_people_dataset()
+    batches = list(ds.epoch_batches(8, np.random.default_rng(0), "bucketed"))
+    copied = on_device(batches, torch.device("cpu"))
+    assert len({x.size(1) for x, _ in batches}) > 1  # batches of several widths
+    assert all(torch.equal(x, cx) and torch.equal(y, cy) for (x, y), (cx, cy) in zip(batches, copied, strict=True))
+
+
+def test_a_run_prints_a_line_for_its_first_and_last_epoch_and_each_tenth_between():
+    assert [e for e in range(1, 651) if epoch_line_due(e, 650)] == [1, *range(65, 651, 65)]
+    assert [e for e in range(1, 6) if epoch_line_due(e, 5)] == [1, 2, 3, 4, 5]
+
+
+def test_a_compiled_model_on_batches_padded_to_one_width_trains_as_the_eager_one(monkeypatch):
+    monkeypatch.setattr(loop, "COMPILE_BACKEND", "aot_eager")  # the same graph, without generating code
+    torch._dynamo.reset()
+    eager = tiny_run(steps=6, dropout=0.0, dtype=torch.float64)
+    compiled = tiny_run(steps=6, dropout=0.0, dtype=torch.float64, compile=True)
+    # Matmuls of another width may round differently: float64's 1e-16, grown by six steps (STEP_TOLERANCE)
+    assert compiled == pytest.approx(eager, rel=STEP_TOLERANCE["rtol"])
+
+
+def test_a_compiled_model_trains_with_the_handouts_dropout(monkeypatch):
+    monkeypatch.setattr(loop, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    losses = tiny_run(steps=10, dropout=0.1, compile=True)
+    assert all(math.isfinite(x) for x in losses) and np.mean(losses[-3:]) < np.mean(losses[:3])
 
 
 def test_unbucketed_fast_batches_follow_the_shuffled_order_and_bucketed_ones_sort_by_length():
