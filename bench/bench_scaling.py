@@ -71,32 +71,6 @@ class Point:
                          bottleneck_dim=self.bottleneck_dim)  # fmt: skip
 
 
-def choose_precision(device: torch.device, fp32: bool = False) -> str:
-    """The precision training uses on `device`, "bf16" or "fp32", as measured and cached by machine.choose."""
-    return policy.choose(device, fp32, say=False)["precision"]
-
-
-def autocast(device: torch.device, precision: str):
-    """The autocast context training uses for `precision` (a no-op for fp32)."""
-    return policy.autocast(device, precision == "bf16")
-
-
-def analytic_flops(p: Point) -> float:
-    """Forward+backward FLOPs (3 × the forward's, matmuls only) of one step, from the shapes: per position
-    12·C² per full block (q, k, v, proj, MLP) and C·V for the head, 2 FLOPs a multiply-add; attention
-    4·B·Tq·Tk·C per block, Tq×Tk = T×T for vanilla and rope, m×T in the perceiver's down and up blocks and
-    m×m in its middle ones (m = min(bottleneck_dim, T)). Matches FlopCounterMode exactly."""
-    B, T, C, L = p.batch, p.T, p.n_embd, p.n_layer
-    head = 2 * B * T * C * p.vocab_size
-    if p.variant != "perceiver":
-        return 3.0 * (L * (2 * B * T * 12 * C * C + 4 * B * T * T * C) + head)
-    m = min(p.bottleneck_dim, T)
-    down = 2 * B * T * 2 * C * C + 2 * B * m * 10 * C * C + 4 * B * m * T * C  # k, v on T; q, proj, MLP on m
-    middle = (L - 2) * (2 * B * m * 12 * C * C + 4 * B * m * m * C)
-    up = 2 * B * T * 10 * C * C + 2 * B * m * 2 * C * C + 4 * B * T * m * C  # q, proj, MLP on T; k, v on m
-    return 3.0 * (down + middle + up + head)
-
-
 def counted_flops(p: Point) -> int:
     """Forward+backward FLOPs of one step by torch's flop counter on the meta device (nothing computed)."""
     with torch.device("meta"):
@@ -178,7 +152,7 @@ def run_point(p: Point) -> dict:
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        with autocast(device, p.precision):
+        with policy.autocast(device, p.precision == "bf16"):
             _, loss = model(x, y)
         loss.backward()
         optimizer.step()
@@ -198,7 +172,7 @@ def run_point(p: Point) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
         memory = {"peak_rss_bytes": peak, "baseline_rss_bytes": baseline}
     return {"seconds": statistics.median(seconds), "step_seconds": seconds, **memory,
-            "step_peak_bytes": max(0, peak - baseline), "flops": flops, "analytic_flops": analytic_flops(p)}  # fmt: skip
+            "step_peak_bytes": max(0, peak - baseline), "flops": flops}  # fmt: skip
 
 
 def run_point_on_gpu(p: Point) -> dict:
@@ -251,7 +225,7 @@ def measure(args: argparse.Namespace, record: Callable[[dict], None]) -> list[di
     """Every (variant, T) row, each passed to `record` as soon as it is made."""
     os.environ.setdefault("GIT_OPTIONAL_LOCKS", "0")  # the commit lookup below never takes git's index lock
     device = torch.device(args.device)
-    precision = choose_precision(device, args.fp32)
+    precision = policy.choose(device, args.fp32, say=False)["precision"]
     where, n = machine(device), args.peak_n
     peak = research.matmul_gflops(n, n, n, torch.bfloat16 if precision == "bf16" else torch.float32, device)
     common = {"bench": "scaling", "run": time.strftime("%Y-%m-%dT%H:%M:%S"), "date": time.strftime("%Y-%m-%d %H:%M"),

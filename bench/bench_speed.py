@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # research.py, course.py (which put src/ on the path)
 
 import course  # noqa: E402
-from research import VARIANTS, append_jsonl, machine_name, synchronize  # noqa: E402
+from research import VARIANTS, append_jsonl, count_flops, machine_name, matmul_gflops, synchronize  # noqa: E402
 
 import machine  # noqa: E402
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, read_questions, read_text  # noqa: E402
@@ -49,15 +49,32 @@ def model_for(variant: str, vocab_size: int, device: torch.device = CPU) -> GPT:
     return GPT(cfg).to(device)
 
 
+def handout_step_gflop(variant: str, vocab_size: int, batch: int, device: torch.device, bf16: bool) -> float:
+    """GFLOP of one step as the handout computes it: forward with the loss and backward on (batch, 127) examples."""
+    x = torch.randint(1, vocab_size, (batch, 127), device=device)
+    return count_flops(model_for(variant, vocab_size, device), x, x, lambda: machine.autocast(device, bf16)) / 1e9
+
+
+def peak_gflops(device: torch.device, bf16: bool) -> float:
+    """The matmul rate an MFU is measured against: a square matmul in the training precision, large enough
+    to keep the device busy."""
+    size = 8192 if device.type == "cuda" else 2048
+    return matmul_gflops(size, size, size, torch.bfloat16 if bf16 else torch.float32, device)
+
+
 def train_throughput(
-    ds: CharCorruptionDataset, variant: str, path: str, steps: int, batch: int, device: torch.device, fp32: bool = False
-) -> dict:
-    """A row of the results file: `steps` optimizer steps (after 2 warm-up steps) at the handout's settings,
-    path "reference" the handout's model and loop (bench/course.py), "fast" run.py's Trainer, in the precision
-    training would use (machine.choose; fp32 as --fp32 trains)."""
+    ds: CharCorruptionDataset, variant: str, path: str, steps: int, batch: int, device: torch.device,
+    fp32: bool = False, compile: bool = False, peak: float | None = None,
+) -> dict:  # fmt: skip
+    """A row of the results file: `steps` optimizer steps at the handout's settings after warm-up (2 steps;
+    compiled, a whole epoch, which compiles both batch shapes), path "reference" the handout's model and
+    loop (bench/course.py), "fast" run.py's Trainer (`compile`: with --compile), in the precision training
+    would use (machine.choose; fp32 as --fp32 trains). With `peak` (GFLOP/s) also its MFU: the handout's
+    FLOPs of a step (full-width examples) over its time and that peak: past 100% where cropping skipped padding."""
     bf16 = machine.choose(device, fp32, say=False)["precision"] == "bf16"
     model = model_for(variant, ds.vocab_size, device)
-    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, max_steps=steps + 2, bf16=bf16)
+    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, bf16=bf16, compile=compile)
+    warm = -(-len(ds) // batch) + 1 if compile else 2
     if path == "reference":
         model = course.course_copy(model)
         optimizer = course.optimizer(model, cfg)
@@ -69,27 +86,36 @@ def train_throughput(
         step = trainer.optimize
     model.train()
     real_tokens, examples, t_start = 0, 0, None
-    for i in range(steps + 2):
-        if i == 2:
+    for i in range(steps + warm):
+        if i == warm:
             synchronize(device)
             t_start = time.perf_counter()
         x, y = next(batches)
         step(x.to(device), y.to(device))
-        if i >= 2:
+        if i >= warm:
             real_tokens += int((y != 0).sum())
             examples += x.size(0)
     synchronize(device)  # CUDA runs ahead of Python: count the steps' kernels, not their launches
     seconds = time.perf_counter() - t_start
-    return {
+    row = {
         "variant": variant,
         "impl": path,  # the results' key (bench/tables.py reads it)
         "bf16": bf16 and path == "fast",
+        "compiled": compile,
         "steps": steps,
         "batch_size": batch,
         "seconds_per_step": seconds / steps,
         "real_tokens_per_s": real_tokens / seconds,
         "handout_tokens_per_s": examples * ds.example_length / seconds,
     }
+    if peak:
+        gflop = handout_step_gflop(variant, ds.vocab_size, batch, device, row["bf16"])
+        row |= {
+            "handout_gflop_per_step": gflop,
+            "peak_gflops": peak,
+            "handout_mfu": gflop / row["seconds_per_step"] / peak,
+        }
+    return row
 
 
 def eval_speed(ds: CharCorruptionDataset, variant: str, params: Path | None = None) -> dict:
@@ -151,6 +177,17 @@ def recite_speed(ds: CharCorruptionDataset, pretrained: Path, chars: int, refere
             "reference_people": reference_people, "identical": plain == fast[:reference_people]}  # fmt: skip
 
 
+def speed_line(what: str, ref: dict | None, fast: dict) -> str:
+    """A table line of a training step: the reference's and the fast path's time, rate and MFU, and their ratio."""
+
+    def cell(r: dict) -> str:
+        mfu = f", MFU {r['handout_mfu']:.1%}" if "handout_mfu" in r else ""
+        return f"{r['seconds_per_step'] * 1e3:.1f} ms/step, {r['handout_tokens_per_s']:,.0f} tok/s{mfu}"
+
+    ratio = f"{ref['seconds_per_step'] / fast['seconds_per_step']:.1f}x" if ref else "-"
+    return f"| {what} | {cell(ref) if ref else '-'} | {cell(fast)} | {ratio} |"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", nargs="+", default=["train", "eval"], help="train, eval (default), recite")
@@ -162,6 +199,7 @@ def main() -> None:
     p.add_argument("--pretrained", type=Path, default=None, help="--parts recite: pretrained params to recite with")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS, help="--parts train: which")
     p.add_argument("--fp32", action="store_true", help="--parts train: also time the fast path without bf16")
+    p.add_argument("--compile", action="store_true", help="--parts train: also time the fast path with --compile")
     p.add_argument("--device", default="cpu", help="--parts train: cpu or cuda (the other parts run on the CPU)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "speed.json", help="JSON output")
     p.add_argument("--jsonl", type=Path, default=ROOT / "bench" / "results" / "speed.jsonl", help="appended to")
@@ -175,26 +213,20 @@ def main() -> None:
     result["date"] = time.strftime("%Y-%m-%d %H:%M")
     lines = []
     if "train" in args.parts:
-        rows = []
+        precision = machine.choose(device, say=False)["precision"]  # the fast path's; the reference trains in fp32
+        peak = {name: peak_gflops(device, name == "bf16") for name in {"fp32", precision}}
+        result["train"] = []
         for variant in args.variants:
-            ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size, device)
-            f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device)
-            rows += [ref, f]
-            if args.fp32:  # kept apart from the reference/fast pairs the README's table reads
-                f32 = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, fp32=True)
-                result.setdefault("train_fast_fp32", []).append(f32)
-                lines.append(
-                    f"| train {variant}, batch {args.batch_size}, fast path in fp32 | - | "
-                    f"{f32['seconds_per_step']:.3f} s/step, {f32['handout_tokens_per_s']:,.0f} tok/s | "
-                    f"{f32['handout_tokens_per_s'] / ref['handout_tokens_per_s']:.2f}x |"
-                )
-            ratio = f["handout_tokens_per_s"] / ref["handout_tokens_per_s"]
-            lines.append(
-                f"| train {variant}, batch {args.batch_size} | {ref['seconds_per_step']:.2f} s/step, "
-                f"{ref['handout_tokens_per_s']:,.0f} tok/s | {f['seconds_per_step']:.2f} s/step, "
-                f"{f['handout_tokens_per_s']:,.0f} tok/s ({f['real_tokens_per_s']:,.0f} real) | {ratio:.1f}x |"
-            )
-        result["train"] = rows
+            ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size, device, peak=peak["fp32"])
+            f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, peak=peak[precision])
+            result["train"] += [ref, f]
+            # kept apart from the reference/fast pairs the README's table reads
+            for name, how in [("fp32", {"fp32": True})] * args.fp32 + [("compiled", {"compile": True})] * args.compile:
+                o = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, **how,
+                                     peak=peak["fp32" if name == "fp32" else precision])  # fmt: skip
+                result.setdefault(f"train_fast_{name}", []).append(o)
+                lines.append(speed_line(f"train {variant}, batch {args.batch_size}, fast path {name}", None, o))
+            lines.append(speed_line(f"train {variant}, batch {args.batch_size}", ref, f))
     if "eval" in args.parts:
         result["eval"] = []
         cases = [] if args.trained_only else [(v, None) for v in VARIANTS]

@@ -1,28 +1,20 @@
-"""The course's numbers on a CUDA GPU: the handout's exact recipe for every variant, runs sharing one GPU.
+"""The course's numbers on a CUDA GPU in one call: a speed check, then the handout's recipe for every variant.
 
-    python bench/gpu_check.py                       # tests/test_cuda.py, then the 3 variants (seed 0) in parallel
-    python bench/gpu_check.py --seeds 1 --skip_tests  # a second seed, in another call
-    python bench/gpu_check.py --runs rope:0 rope:1 --speed --fp32   # these runs in fp32, after a speed check
-    GPU_CHECK_TINY=1 python bench/gpu_check.py      # a rehearsal on any machine, CPU included, in a few minutes
+    python bench/gpu_check.py                       # speed check, tests/test_cuda.py, the 3 variants (seed 0)
+    python bench/gpu_check.py --seeds 0 1 --skip_tests --skip_speed   # two seeds, in another call
+    GPU_CHECK_TINY=1 python bench/gpu_check.py      # a rehearsal on any machine, CPU included
 
-What it does:
-  1. starts `pytest tests/test_cuda.py` (its log: <workdir>/test_cuda.log);
-  2. starts, side by side, the handout's pretrain -> finetune -> evaluate (dev and test) for each
-     variant and seed, exactly the handout's commands (`--preset handout`, the default: 650 epochs,
-     batch 128, lr 6e-3, dropout 0.1; the perceiver with --bottleneck_dim 64 --pretrain_lr 6e-3);
-     the model is small and the GPU waits on kernel launches, so several runs share it well;
-     then, while the deadline leaves time, the recite protocol: a reader (`finetune --recite`) and
-     its dev and test predictions;
-  3. after about a minute, measures each run's epoch time, says whether the 650 epochs fit before
-     --deadline_minutes, and if they do not, stops the highest seeds until they do (the others then
-     run faster); what it stopped is recorded as stopped;
-  4. appends one JSON line per finished run and protocol to --results (default bench/results/gpu.jsonl): the
-     GPU, torch and CUDA versions, the attention kernel, the seconds of each step and the dev
-     accuracy; and prints a table beside the handout's published figures.
+1. Alone, one process at a time: vanilla's and rope's pretraining step, the course's loop (bench/course.py)
+   against the project's eager and compiled (--compile) step, beside the matmul peak measured in the same call
+   (bench/bench_speed.py --compile, in <workdir>). Pretrainings take --compile where it was faster (--compile).
+2. `pytest tests/test_cuda.py` and, side by side, the handout's pretrain -> finetune -> evaluate (dev, test)
+   per variant and seed (650 epochs, batch 128; perceiver --bottleneck_dim 64), then, while the deadline
+   allows, a recite reader and its answers. The highest seeds stop while the rest would miss the deadline.
+3. One JSON line per finished run and protocol in --results (bench/results/gpu.jsonl): GPU, torch, each step's
+   seconds, ms per pretraining step and its MFU (the handout's FLOPs over the step's time and the peak), the
+   speed check and the dev accuracy; then a table beside the published figures.
 
-The tiny mode (GPU_CHECK_TINY=1 or --tiny) trains 2 pretraining and 1 finetuning epoch and
-answers 20 dev and test lines, to rehearse the whole script before spending device time; its
-rows go to --results only when that is given explicitly.
+The tiny mode (2 + 1 epochs, 20 dev and test lines, 1-2 timed steps) rehearses it; rows only to --results.
 """
 
 from __future__ import annotations
@@ -45,10 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))  # research.py
 
-from research import LoggedEpochs, accuracy, cpu_name, predictions_sidecar, tensorboard_prefix  # noqa: E402
+import bench_speed  # noqa: E402
+from research import LoggedEpochs, accuracy, machine_name, predictions_sidecar, tensorboard_prefix  # noqa: E402
 
 import attention  # noqa: E402
 import machine as machine_policy  # noqa: E402
+from dataset import read_text  # noqa: E402
 
 RUN_PY = str(ROOT / "src" / "run.py")
 VARIANT_FLAGS = {
@@ -56,13 +50,12 @@ VARIANT_FLAGS = {
     "perceiver": ["--bottleneck_dim", "64"],  # the 2023 handout's perceiver commands
     "rope": [],
 }
-PRETRAIN_ONLY_FLAGS = {"perceiver": ["--pretrain_lr", "6e-3"]}
 # Dev accuracy the course published for the handout's recipe (2023 handout: vanilla, perceiver).
 PUBLISHED = {"vanilla": 0.214, "perceiver": 0.170}
+SPEED_VARIANTS = ("vanilla", "rope")  # the speed check's: one of each handout
 HANDOUT_EPOCHS = 650
 AFTER_PRETRAIN_SECONDS = 45  # finetune (10 epochs) and two evaluations, as a margin for the plan
 RECITE_SECONDS = 60  # reader (recite 2,000 people, finetune 10 epochs) and two reciting evaluations
-RECITE_STEPS = ("reader", "recite_dev", "recite_test")
 DEV_PREDICTIONS = {"evaluate": "dev.predictions", "recite_dev": "recite_dev.predictions"}  # a protocol's dev answers
 
 
@@ -81,7 +74,7 @@ class Run:
 
     def __init__(self, variant: str, seed: int, folder: Path, tiny: bool, data: dict[str, str], slots: Slots,
                  on_result: Callable[[Run, str], None], recite_until: float | None = None,
-                 training_flags: list[str] | None = None):  # fmt: skip
+                 training_flags: list[str] | None = None, pretrain_flags: list[str] | None = None):  # fmt: skip
         self.variant, self.seed, self.folder, self.slots, self.on_result = variant, seed, folder, slots, on_result
         self.recite_until = recite_until  # the recite steps start only before this time (None: never)
         self.name = f"{variant}_seed{seed}"
@@ -93,27 +86,25 @@ class Run:
         self.logged_epochs: LoggedEpochs | None = None  # the pretraining's epochs done, from its TensorBoard log
         self.epoch_times: list[tuple[int, float]] = []  # (epochs done, when first seen)
         common = [variant, "wiki.txt", *VARIANT_FLAGS[variant], "--seed", str(seed)]
-        pre, fine = "pretrain.params", "finetune.params"
-        pretrain_epochs = ["--max_epochs", "2"] if tiny else []
-        finetune_epochs = ["--max_epochs", "1"] if tiny else []
-        finetune_epochs += training_flags or []
-        pretrain_epochs += training_flags or []
+        questions = ["--finetune_corpus_path", "birth_places_train.tsv", *(["--max_epochs", "1"] if tiny else [])]
+        pretrain = ["--max_epochs", "2"] if tiny else []
+
+        def answer(params: str, split: str, out: str) -> list[str]:
+            return ["evaluate", *common, "--reading_params_path", params, "--eval_corpus_path", data[split],
+                    "--outputs_path", out]  # fmt: skip
+
         self.commands = {
-            "pretrain": ["pretrain", *common, "--writing_params_path", pre, *PRETRAIN_ONLY_FLAGS.get(variant, []),
-                         *pretrain_epochs],
-            "finetune": ["finetune", *common, "--reading_params_path", pre, "--writing_params_path", fine,
-                         "--finetune_corpus_path", "birth_places_train.tsv", *finetune_epochs],
-            "evaluate": ["evaluate", *common, "--reading_params_path", fine, "--eval_corpus_path", data["dev"],
-                         "--outputs_path", "dev.predictions"],
-            "evaluate_test": ["evaluate", *common, "--reading_params_path", fine, "--eval_corpus_path",
-                              data["test"], "--outputs_path", "test.predictions"],
+            "pretrain": ["pretrain", *common, "--writing_params_path", "pretrain.params", *pretrain,
+                         *(training_flags or []), *(pretrain_flags or [])],
+            "finetune": ["finetune", *common, "--reading_params_path", "pretrain.params", "--writing_params_path",
+                         "finetune.params", *questions, *(training_flags or [])],
+            "evaluate": answer("finetune.params", "dev", "dev.predictions"),
+            "evaluate_test": answer("finetune.params", "test", "test.predictions"),
             # the recite protocol: a reader finetuned from the same pretrained params on recitations
-            "reader": ["finetune", *common, "--reading_params_path", pre, "--writing_params_path", "reader.params",
-                       "--finetune_corpus_path", "birth_places_train.tsv", "--recite", *finetune_epochs],
-            "recite_dev": ["evaluate", *common, "--reading_params_path", "reader.params", "--eval_corpus_path",
-                           data["dev"], "--outputs_path", "recite_dev.predictions"],
-            "recite_test": ["evaluate", *common, "--reading_params_path", "reader.params", "--eval_corpus_path",
-                            data["test"], "--outputs_path", "recite_test.predictions"],
+            "reader": ["finetune", *common, "--reading_params_path", "pretrain.params", "--writing_params_path",
+                       "reader.params", *questions, "--recite", *(training_flags or [])],
+            "recite_dev": answer("reader.params", "dev", "recite_dev.predictions"),
+            "recite_test": answer("reader.params", "test", "recite_test.predictions"),
         }  # fmt: skip
         self.tensorboard_prefix = tensorboard_prefix(self.commands["pretrain"])  # its log's folder name, dated
         self.thread = threading.Thread(target=self.pipeline, daemon=True)
@@ -147,14 +138,9 @@ class Run:
                 self.found[step] = predictions_sidecar(self.folder / DEV_PREDICTIONS[step])
                 self.on_result(self, "direct" if step == "evaluate" else "recite")
 
-    def epochs_done(self) -> int:
-        """Pretraining epochs finished so far, from the pretraining's TensorBoard log."""
-        if "pretrain" in self.seconds:
-            return HANDOUT_EPOCHS
-        return 0 if self.logged_epochs is None else self.logged_epochs()
-
     def observe(self) -> None:
-        done = self.epochs_done()
+        """Note when the pretraining's epochs done (read from its TensorBoard log) last changed."""
+        done = HANDOUT_EPOCHS if "pretrain" in self.seconds else self.logged_epochs() if self.logged_epochs else 0
         if not self.epoch_times or self.epoch_times[-1][0] != done:
             self.epoch_times.append((done, time.time()))
 
@@ -175,30 +161,16 @@ class Run:
         found = self.found.get(step, {})
         return (found["correct"], found["with_places"]) if accuracy(found) is not None else None
 
-    def place_in_recitation(self) -> float | None:
-        """The share of dev recitations holding the gold place (the reader's ceiling), once evaluated."""
-        return self.found.get("recite_dev", {}).get("place_in_recitation")
 
-
-def machine() -> dict:
-    """The GPU (or CPU) and software a row was measured with."""
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
-    if torch.cuda.is_available():
-        info["device"] = "cuda"
-        info["gpu"] = torch.cuda.get_device_name(0)
+def machine(device: torch.device) -> dict:
+    """The GPU (or CPU) and software a row was measured with, and the precision run.py measures and trains in."""
+    chosen = machine_policy.choose(device, say=False)
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+            "device": device.type, "gpu" if device.type == "cuda" else "cpu": machine_name(device),
+            "precision": chosen["precision"], "precision_gflops": {k: chosen[k] for k in ("bf16_gflops", "fp32_gflops")}}  # fmt: skip
+    if device.type == "cuda":
         info["attention_kernel"] = ",".join(k.name for k in attention.CUDA_ATTENTION_KERNELS)
-        chosen = machine_policy.choose(torch.device("cuda"), say=False)  # what run.py trains in, measured
-        info["precision"] = chosen["precision"]
-        info["precision_gflops"] = {k: chosen[k] for k in ("bf16_gflops", "fp32_gflops")}
-    else:
-        info["device"] = "cpu"
-        info["cpu"] = cpu_name()
     return info
-
-
-def first_lines(source: Path, dest: Path, n: int) -> str:
-    dest.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:n]), encoding="utf-8")
-    return str(dest)
 
 
 def projected_end(run: Run, since: float) -> float | None:
@@ -210,50 +182,37 @@ def projected_end(run: Run, since: float) -> float | None:
     return when + (HANDOUT_EPOCHS - done) * pace + AFTER_PRETRAIN_SECONDS
 
 
-def supervise(runs: list[Run], deadline: float, tiny: bool, keep_going: bool = False) -> None:
-    """Wait for every run; once paces are known, stop the highest seeds while the rest would not fit
-    (with keep_going, only say so: each run then gets as far as the device's time allows)."""
+def supervise(runs: list[Run], deadline: float, tiny: bool) -> None:
+    """Wait for every run; once their paces are known, stop the highest seed's runs while the rest would
+    finish past the deadline (the others then run faster)."""
     since, decided = time.time(), tiny  # the tiny rehearsal has nothing to plan
     while any(r.thread.is_alive() for r in runs):
         time.sleep(2)
         live = [r for r in runs if r.thread.is_alive() and not r.stopped]
         for r in live:
             r.observe()
-        if decided:
-            continue
         ends = [projected_end(r, since) for r in live if "pretrain" not in r.seconds]
-        if not ends or None in ends:
+        if decided or not ends or None in ends:
             continue
-        latest = max(ends)
-        left = (latest - time.time()) / 60
-        seeds = sorted({r.seed for r in live})
-        if latest <= deadline:
-            print(f"plan: at the measured paces all {len(live)} runs finish in about {left:.1f} min, inside the "
-                  f"deadline ({(deadline - time.time()) / 60:.1f} min left)", flush=True)  # fmt: skip
-            decided = True
-        elif keep_going:
-            print(f"plan: the slowest run would need about {left:.1f} min, past the deadline "
-                  f"({(deadline - time.time()) / 60:.1f} min left); keeping every run going", flush=True)  # fmt: skip
-            decided = True
-        elif len(seeds) > 1:
-            for r in live:
-                if r.seed == seeds[-1]:
-                    r.stop("stopped to fit the deadline")
-            print(f"plan: {len(live)} runs would need about {left:.1f} min, past the deadline: stopped seed "
-                  f"{seeds[-1]}; measuring again", flush=True)  # fmt: skip
-            since = time.time()
-        else:
-            print(f"plan: even one seed needs about {left:.1f} min, past the deadline "
-                  f"({(deadline - time.time()) / 60:.1f} min left); the 650 epochs do not fit", flush=True)  # fmt: skip
-            decided = True
+        seeds, fits = sorted({r.seed for r in live}), max(ends) <= deadline
+        decided = fits or len(seeds) == 1
+        verdict = "inside" if fits else "past" + ("" if decided else f" (stopping seed {seeds[-1]})")
+        print(f"plan: {len(live)} runs end in about {(max(ends) - time.time()) / 60:.1f} min at their paces, "
+              f"{verdict} the deadline ({(deadline - time.time()) / 60:.1f} min left)", flush=True)  # fmt: skip
+        for r in live if not decided else []:
+            if r.seed == seeds[-1]:
+                r.stop("stopped to fit the deadline")
+        since = time.time()
 
 
 class Results:
     """Where finished runs go, one JSON line each, written as each run ends (a run cut short by the
     device's time limit loses nothing already finished)."""
 
-    def __init__(self, path: Path | None, info: dict, tiny: bool, tests: subprocess.Popen | None):
+    def __init__(self, path: Path | None, info: dict, tiny: bool, tests: subprocess.Popen | None, speed: dict,
+                 gflop: dict[str, float]):  # fmt: skip
         self.path, self.info, self.tiny, self.tests = path, info, tiny, tests
+        self.speed, self.gflop = speed, gflop  # the speed check's figures; the handout's GFLOP a step by variant
         self.lock = threading.Lock()
 
     def tests_passed(self) -> bool | None:
@@ -266,7 +225,11 @@ class Results:
         acc = r.accuracy("evaluate" if protocol == "direct" else "recite_dev")
         if acc is None or self.path is None:
             return
-        steps = ("finetune", "evaluate", "evaluate_test") if protocol == "direct" else RECITE_STEPS
+        steps = (
+            ("finetune", "evaluate", "evaluate_test")
+            if protocol == "direct"
+            else ("reader", "recite_dev", "recite_test")
+        )
         name = f"{r.variant}_{self.info['device']}_handout_seed{r.seed}" + ("_recite" if protocol == "recite" else "")
         row = {
             "name": name + ("_tiny" if self.tiny else ""), "protocol": protocol,
@@ -276,10 +239,13 @@ class Results:
             "finetune_seconds": r.seconds["finetune"], "evaluate_seconds": r.seconds["evaluate"],
             "dev_correct": acc[0], "dev_total": acc[1], "dev_accuracy": acc[0] / acc[1],
             "tests_cuda_passed": self.tests_passed(), **trainer_settings(r.folder / "pretrain.params.json"),
+            "speed_check": self.speed,
             "commands": [" ".join(["python src/run.py", *r.commands[s]]) for s in ("pretrain", *steps)],
         }  # fmt: skip
+        if "ms_per_step" in row:
+            row["handout_mfu"] = self.gflop[r.variant] / row["ms_per_step"] * 1e3 / self.speed["peak_gflops"]
         if protocol == "recite":
-            row["place_in_recitation"] = r.place_in_recitation()
+            row["place_in_recitation"] = r.found["recite_dev"].get("place_in_recitation")
             row["extra_minutes"] = round(sum(r.seconds[s] for s in ("reader", "recite_dev")) / 60, 2)
             row["reader_seconds"] = r.seconds["reader"]
         with self.lock, open(self.path, "a") as f:
@@ -287,67 +253,68 @@ class Results:
 
 
 def trainer_settings(sidecar: Path) -> dict:
-    """How the pretraining batched its examples and which parameters it decayed, from run.py's sidecar."""
-    config = json.loads(sidecar.read_text())["config"]
-    return {"order": config["order"], "decay": config["decay"]}
+    """How the pretraining batched its examples, which parameters it decayed, whether it was compiled, and its
+    milliseconds a step, from run.py's params sidecar."""
+    record = json.loads(sidecar.read_text())
+    config, steps = record["config"], record.get("steps")
+    found = {"order": config["order"], "decay": config["decay"], "compiled": config.get("compile", False)}
+    return found | ({"ms_per_step": record["train_seconds"] / steps * 1e3} if steps else {})
 
 
 def print_table(runs: list[Run]) -> None:
-    print("\n| variant | seed | pretrain | finetune | evaluate | dev, direct | published | place in recitation "
-          "| dev, recite | reader |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print("\n| variant | seed | minutes: pretrain, finetune, reader | dev, direct | published | place in recitation "
+          "| dev, recite |\n|---|---|---|---|---|---|---|")  # fmt: skip
     for r in runs:
-        status = r.stopped or r.failed or "not finished"
-        direct, recite = r.accuracy(), r.accuracy("recite_dev")
-        dev = f"{direct[0] / direct[1]:.1%} ({direct[0]}/{direct[1]})" if direct else status
-        recited = f"{recite[0] / recite[1]:.1%} ({recite[0]}/{recite[1]})" if recite else "-"
-        ceiling = f"{r.place_in_recitation():.1%}" if recite else "-"
-        published = f"{PUBLISHED[r.variant]:.1%}" if r.variant in PUBLISHED else "-"
-        minutes = [
-            f"{r.seconds[s] / 60:.1f} min" if s in r.seconds else "-" for s in ("pretrain", "finetune", "reader")
-        ]
-        print(f"| {r.variant} | {r.seed} | {minutes[0]} | {minutes[1]} | {r.seconds.get('evaluate', '-')} s | "
-              f"{dev} | {published} | {ceiling} | {recited} | {minutes[2]} |", flush=True)  # fmt: skip
+        direct, recite = (r.accuracy(s) for s in ("evaluate", "recite_dev"))
+        shown = [f"{a[0] / a[1]:.1%} ({a[0]}/{a[1]})" if a else "-" for a in (direct, recite)]
+        minutes = ", ".join(
+            f"{r.seconds[s] / 60:.1f}" if s in r.seconds else "-" for s in ("pretrain", "finetune", "reader")
+        )
+        ceiling = f"{r.found['recite_dev'].get('place_in_recitation'):.1%}" if recite else "-"
+        print(f"| {r.variant} | {r.seed} | {minutes} | {shown[0] if direct else r.stopped or r.failed or 'not finished'} "
+              f"| {f'{PUBLISHED[r.variant]:.1%}' if r.variant in PUBLISHED else '-'} | {ceiling} | {shown[1]} |", flush=True)  # fmt: skip
 
 
-def speed_check(workdir: Path, tiny: bool) -> None:
-    """The handout's vanilla pretraining step at batch 128, reference against fast path, on this device,
-    alone before the runs start (bench/bench_speed.py; its files and log go to workdir, its figures are read
-    from its JSON output)."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    steps = ["--ref_steps", "1", "--fast_steps", "2"] if tiny else ["--ref_steps", "10", "--fast_steps", "30"]
-    argv = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--parts", "train", "--variants", "vanilla",
-            "--device", device, *steps, "--out", str(workdir / "speed.json"), "--jsonl", str(workdir / "speed.jsonl")]  # fmt: skip
+def speed_check(workdir: Path, tiny: bool, device: torch.device) -> dict:
+    """bench_speed.py's pretraining step for vanilla and rope, alone: {variant: {"reference", "eager",
+    "compiled": ms a step}, "handout_mfu": {...}, "peak_gflops", "compile_pays"}; {} if it failed (see speed.log)."""
+    steps = ["--ref_steps", "1", "--fast_steps", "2"] if tiny else ["--ref_steps", "10", "--fast_steps", "40"]
+    argv = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--parts", "train", "--variants", *SPEED_VARIANTS,
+            "--compile", "--device", device.type, *steps, "--out", str(workdir / "speed.json"),
+            "--jsonl", str(workdir / "speed.jsonl")]  # fmt: skip
     t0 = time.time()
     with open(workdir / "speed.log", "w") as log:
         code = subprocess.call(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     if code != 0:
-        print(f"speed ({time.time() - t0:.0f} s): exit {code}, no figure; see {workdir / 'speed.log'}", flush=True)
-        return
-    step = {r["impl"]: r["seconds_per_step"] for r in json.loads((workdir / "speed.json").read_text())["train"]}
-    print(f"speed ({time.time() - t0:.0f} s): reference {step['reference']:.3f} s/step, fast {step['fast']:.3f} "
-          f"s/step ({step['reference'] / step['fast']:.1f}x)", flush=True)  # fmt: skip
-
-
-def interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+        print(f"speed check ({time.time() - t0:.0f} s): exit {code}; see {workdir / 'speed.log'}", flush=True)
+        return {}
+    found = json.loads((workdir / "speed.json").read_text())
+    rows = found["train"] + found.get("train_fast_compiled", [])
+    key = {("reference", False): "reference", ("fast", False): "eager", ("fast", True): "compiled"}
+    speed: dict = {"peak_gflops": max(r["peak_gflops"] for r in rows), "handout_mfu": {}}
+    for r in rows:
+        name = key[r["impl"], r["compiled"]]
+        speed.setdefault(r["variant"], {})[name] = round(r["seconds_per_step"] * 1e3, 2)
+        speed["handout_mfu"].setdefault(r["variant"], {})[name] = round(r["handout_mfu"], 4)
+    speed["compile_pays"] = all(speed[v]["compiled"] < speed[v]["eager"] for v in SPEED_VARIANTS)
+    print(f"speed check ({time.time() - t0:.0f} s), ms a step (reference, eager, compiled):", ", ".join(
+        f"{v} {speed[v]['reference']}, {speed[v]['eager']}, {speed[v]['compiled']}" for v in SPEED_VARIANTS), flush=True)  # fmt: skip
+    return speed
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", nargs="+", default=list(VARIANT_FLAGS), choices=list(VARIANT_FLAGS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds to start, the highest stopped first "
-                   "if they do not fit (default 0: on an H200 three runs of 650 epochs take about 7 minutes)")  # fmt: skip
-    p.add_argument("--runs", nargs="+", default=None, metavar="VARIANT:SEED",
-                   help="exactly these runs instead of every variant x seed, e.g. vanilla:0 vanilla:1 rope:0")  # fmt: skip
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="the highest stopped first if they do not fit")
     p.add_argument("--deadline_minutes", type=float, default=8.5, help="when every run should be done")
     p.add_argument("--workdir", type=Path, default=ROOT / "bench" / "runs" / "gpu_check")
     p.add_argument("--results", type=Path, default=None, help="JSONL to append to (bench/results/gpu.jsonl)")
     p.add_argument("--tiny", action="store_true", default=os.environ.get("GPU_CHECK_TINY") == "1")
     p.add_argument("--skip_tests", action="store_true", help="do not run tests/test_cuda.py")
-    p.add_argument("--speed", action="store_true", help="first time vanilla's pretraining step, reference vs fast")
-    p.add_argument("--keep_going", action="store_true", help="never stop a run to let the others fit the deadline")
-    p.add_argument("--fp32", action="store_true", help="train in fp32: on an H100 the fast path's bf16 casts cost "
-                   "more than they save at this model's size (bench_speed.py --device cuda --fp32)")  # fmt: skip
+    p.add_argument("--skip_speed", action="store_true", help="no speed check (the peak is still measured)")
+    p.add_argument("--compile", choices=["measured", "yes", "no"], default="measured",
+                   help="pretrain with --compile: where the speed check found it faster (default), always, never")  # fmt: skip
+    p.add_argument("--fp32", action="store_true", help="train in fp32 (run.py --fp32)")
     p.add_argument("--no_recite", action="store_true", help="the direct protocol only (no reader)")
     args = p.parse_args(argv)
     if args.results is None and not args.tiny:
@@ -356,15 +323,21 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + args.deadline_minutes * 60
     args.workdir.mkdir(parents=True, exist_ok=True)
     data = {"dev": "birth_dev.tsv", "test": "birth_test_inputs.tsv"}
-    if args.tiny:
-        for key, name in data.items():
-            data[key] = first_lines(ROOT / "data" / name, args.workdir / f"{key}20.tsv", 20)
-    info = machine()
-    if args.fp32:
-        info["precision"] = "fp32"
+    for key, name in data.items() if args.tiny else ():  # the first 20 lines
+        lines = (ROOT / "data" / name).read_text(encoding="utf-8").splitlines(keepends=True)[:20]
+        (args.workdir / f"{key}20.tsv").write_text("".join(lines), encoding="utf-8")
+        data[key] = str(args.workdir / f"{key}20.tsv")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    info = machine(device) | ({"precision": "fp32"} if args.fp32 else {})
     print(f"gpu_check on {info.get('gpu', info.get('cpu'))}, torch {info['torch']}, CUDA {info['cuda']}", flush=True)
-    if args.speed:
-        speed_check(args.workdir, args.tiny)
+    speed = {} if args.skip_speed else speed_check(args.workdir, args.tiny, device)
+    bf16 = info["precision"] == "bf16"
+    speed.setdefault("peak_gflops", bench_speed.peak_gflops(device, bf16))
+    vocab_size = bench_speed.CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), 128).vocab_size
+    gflop = {v: bench_speed.handout_step_gflop(v, vocab_size, 128, device, bf16) for v in VARIANT_FLAGS}
+    compiled = args.compile == "yes" or (args.compile == "measured" and speed.get("compile_pays", False))
+    print(f"pretrainings {'with' if compiled else 'without'} --compile ({args.compile}); matmul peak "
+          f"{speed['peak_gflops']:,.0f} GFLOP/s", flush=True)  # fmt: skip
     tests = None
     if not args.skip_tests:
         with open(args.workdir / "test_cuda.log", "w") as log:  # the child keeps its own handle
@@ -372,22 +345,18 @@ def main(argv: list[str] | None = None) -> int:
                 [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_cuda.py"],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
-    results = Results(args.results, info, args.tiny, tests)
+    results = Results(args.results, info, args.tiny, tests, speed, gflop)
     pairs = [(v, s) for s in args.seeds for v in args.variants]
-    if args.runs:
-        pairs = [(r.split(":")[0], int(r.split(":")[1])) for r in args.runs]
-        if any(v not in VARIANT_FLAGS for v, _ in pairs):
-            p.error(f"--runs: variants are {', '.join(VARIANT_FLAGS)}")
     slots = Slots(len(pairs))
     recite_until = None if args.no_recite else deadline - RECITE_SECONDS
     flags = ["--fp32"] if args.fp32 else []
-    runs = [Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append, recite_until, flags)
-            for v, s in pairs]  # fmt: skip
-    signal.signal(signal.SIGTERM, interrupt)  # `timeout` around this script: report what finished
+    runs = [Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append, recite_until, flags,
+                ["--compile"] * compiled) for v, s in pairs]  # fmt: skip
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `timeout` around this script: report what finished
     try:
         for r in runs:
             r.thread.start()
-        supervise(runs, deadline, args.tiny, args.keep_going)
+        supervise(runs, deadline, args.tiny)
         if tests is not None:
             tests.wait()
     except KeyboardInterrupt:

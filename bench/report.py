@@ -155,15 +155,12 @@ def markdown(rows: dict[str, dict[str, float] | None], folder: Path, split: str,
         lines.append(f"| {run.label} | {run.protocol} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Answers are ranked by their mean log-probability per character (answer characters and the closing",
-        "MASK, teacher-forced). Accuracy at 50% coverage: accuracy of the most confident half. Coverage AUC:",
-        "mean accuracy of the k most confident answers over k = 1..N. ECE: expected calibration error over",
-        "10 equal-width bins of exp(mean logprob). The place-in-document columns split the dev questions by",
-        "whether the gold place occurs in the person's wiki.txt line: recall versus guessing. Times are",
-        "wall-clock seconds of the run.sh steps (train: pretrain + finetune, or pretrain + the reader's finetune).",
-        "Protocol direct is the handout's (question, MASK, place); recite answers from the model's own",
-        "recollection of the person (src/recite.py), and its place-in-recitation column is the share of dev",
-        "recitations that hold the gold place: the ceiling of a reader that copies.",
+        "Answers are ranked by their mean log-probability per character (src/confidence.py: coverage, AUC, ECE).",
+        "Place in document: whether the gold place occurs in the person's wiki.txt line (recall versus guessing).",
+        "Times: wall-clock seconds of the run.sh steps (train: pretrain + finetune, or + the reader's finetune).",
+        "Protocol direct is the handout's; recite answers from the model's recollection of the person",
+        "(src/recite.py), and place in recitation is the share of dev recitations holding the gold place:",
+        "the ceiling of a reader that copies.",
         "",
     ]
     if split:
@@ -181,11 +178,6 @@ def document_split(entries: list[Question | None] | None, documents: list[str]) 
         f"Of the {len(questions)} dev questions, {sum(f is True for f in found)} have the place in the person's "
         f"document, {sum(f is False for f in found)} do not, and {sum(f is None for f in found)} have no document."
     )
-
-
-def this_machine() -> str:
-    """The GPU's name where there is one, else the CPU's description (research.machine_name)."""
-    return research.machine_name(torch.device("cuda:0" if torch.cuda.is_available() else "cpu"))
 
 
 RECORD_KEYS = {"London baseline": "london", "vanilla, no pretraining": "vanilla_nopretrain"}
@@ -246,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--command", default="bash run.sh", help="how the runs were made (for the record)")
     p.add_argument("--record", action="store_true", help="append one line per run to bench/results/runs.jsonl")
     args = p.parse_args(argv)
-    machine = this_machine()
+    machine = research.machine_name(torch.device("cuda:0" if torch.cuda.is_available() else "cpu"))
     about = f"Machine: {machine}. Date: {datetime.date.today().isoformat()}. Command: `{args.command}` (preset {args.preset}, seed {args.seed})."
     folder, gold, corpus = Path(args.runs), Path(args.gold), Path(args.corpus)
     try:

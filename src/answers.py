@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.tensorboard import SummaryWriter
 
 import recite
 from confidence import (
@@ -29,7 +30,7 @@ from dataset import CharCorruptionDataset, Question, Vocabulary, question_proble
 from decode import MAX_ANSWER_CHARS, predict
 from model import GPT, VARIANTS
 from params import load_params, read_sidecar, sidecar_path, stored_sizes
-from utils import ScalarWriter, UserError, locate_data, write_json_atomic, write_text_atomic
+from utils import UserError, locate_data, write_json_atomic, write_text_atomic
 
 
 def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
@@ -42,15 +43,12 @@ def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
 
 
 def evaluate(
-    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter
+    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: SummaryWriter
 ) -> dict:
     """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are
     given. What evaluate found (accuracy, selective metrics, the recitations' ceiling, seconds) and the
     resolved config go to the predictions' JSON sidecar, <outputs_path>.json; `found` is returned.
-
-    With --ensemble_params, every model answers and each question takes the answer
-    its own model scored highest (mean log-probability per character).
-    """
+    With --ensemble_params each question takes the most confident answer of the models (answer_and_score)."""
     path, entries, vocab = eval_questions(args, corpus.vocab)
     members = [(args.reading_params_path, model)]
     members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]

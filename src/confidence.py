@@ -12,16 +12,9 @@ mean). Answers are ranked, and calibrated, by the mean:
   measures how sure each decision was, whatever the answer's length.
 - calibration: exp(mean logprob) is in (0, 1], a per-character probability.
 
-Metrics on N answers with gold places, ranked by confidence (most confident
-first; ties keep their input order):
-
-- accuracy at coverage c: the accuracy among the ceil(c·N) most confident answers.
-- coverage AUC: the mean of the accuracy at coverage k/N over k = 1..N, the
-  area under the accuracy-coverage curve. With C correct answers, the best
-  ranking (all correct first) has accuracy 1 up to k = C and C/k after; the
-  worst (all correct last) 0 up to k = N - C.
-- ECE: answers go into 10 equal-width bins of confidence exp(mean logprob);
-  ECE = sum over bins of (bin size / N) · |bin accuracy - bin mean confidence|.
+The metrics (accuracy at coverage, coverage AUC, ECE) rank answers with gold places by confidence, most
+confident first. With C of N correct, the best ranking (all correct first) has accuracy 1 up to k = C
+and C/k after; the worst (all correct last) 0 up to k = N - C.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from dataset import MASK_CHAR, Question, Vocabulary
-from decode import keep_spans
+from decode import MAX_ANSWER_CHARS, keep_spans
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
@@ -73,15 +66,11 @@ def score_answers(
     questions: Sequence[str],
     answers: Sequence[str],
     device: torch.device,
-    max_answer_chars: int = 32,
+    max_answer_chars: int = MAX_ANSWER_CHARS,
     chunk: int = 512,
 ) -> list[AnswerScore]:
-    """Teacher-forced log-probability of each answer to its question, the closing MASK included.
-
-    An answer as long as the decoding limit was cut off there and has no
-    closing MASK; only its characters are scored. One forward pass per chunk
-    of right-padded sequences: the model is causal, so padding changes nothing.
-    """
+    """Teacher-forced log-probability of each answer to its question, as the module's docstring says: one
+    forward pass per chunk of right-padded sequences (the model is causal, so padding changes nothing)."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     block = model.get_block_size()
@@ -109,8 +98,7 @@ def score_answers(
         total = torch.where(scored, logp, 0.0).sum(dim=1).tolist()
         count = scored.sum(dim=1).tolist()
         for k, (lp, n) in enumerate(zip(total, count, strict=True)):
-            a = answers[i + k]
-            scores.append(AnswerScore(a, lp, lp / max(n, 1), n))
+            scores.append(AnswerScore(answers[i + k], lp, lp / max(n, 1), n))
     return scores
 
 
@@ -121,7 +109,7 @@ def beam_search(
     question: str,
     device: torch.device,
     beam: int = 3,
-    max_answer_chars: int = 32,
+    max_answer_chars: int = MAX_ANSWER_CHARS,
     copy: bool = False,
 ) -> list[AnswerScore]:
     """The `beam` most probable answers found by beam search over characters, best (highest logprob) first;
@@ -150,10 +138,9 @@ def beam_search(
             for tok_lp, tok in zip(row_lp, row_id, strict=True):
                 if tok_lp == float("-inf"):  # fewer allowed tokens than the beam is wide
                     continue
-                if tok == mask_id:
-                    done.append(AnswerScore(vocab.decode(ids), lp + tok_lp, (lp + tok_lp) / (step + 1), step + 1))
-                elif step + 1 == limit:  # cut off: no room left for the closing MASK
-                    done.append(AnswerScore(vocab.decode(ids + [tok]), lp + tok_lp, (lp + tok_lp) / limit, limit))
+                if tok == mask_id or step + 1 == limit:  # closed, or cut off: no room left for the closing MASK
+                    answer = vocab.decode(ids if tok == mask_id else ids + [tok])
+                    done.append(AnswerScore(answer, lp + tok_lp, (lp + tok_lp) / (step + 1), step + 1))
                 else:
                     candidates.append((ids + [tok], lp + tok_lp))
         live = sorted(candidates, key=lambda c: -c[1])[:beam]
@@ -231,9 +218,7 @@ def evaluation_summary(
 ) -> dict[str, float]:
     """The accuracy and selective metrics of answers to questions with gold places."""
     correct = [p == q.place for p, q in zip(predictions, questions, strict=True)]
-    metrics = {"accuracy": sum(correct) / len(correct)}
-    metrics |= selective_metrics([s.mean_logprob for s in scores], correct)
-    return metrics
+    return {"accuracy": sum(correct) / len(correct), **selective_metrics([s.mean_logprob for s in scores], correct)}
 
 
 def percent(x: float) -> str:
@@ -281,8 +266,7 @@ def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[Answer
     ]
     width = max((len(repr(a.answer)) for a in alternatives), default=0)
     for i, a in enumerate(alternatives, start=1):
-        shown = repr(a.answer)
-        lines.append(f"  {i}. {shown:<{width}}  logprob {a.logprob:8.3f}  probability {math.exp(a.logprob):.3g}")
+        lines.append(f"  {i}. {a.answer!r:<{width}}  logprob {a.logprob:8.3f}  probability {math.exp(a.logprob):.3g}")
     return "\n".join(lines)
 
 

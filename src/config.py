@@ -10,7 +10,7 @@ from typing import Any
 
 from dataset import ORDERS, question_problem
 from model import GPT, VARIANTS, GPTConfig
-from params import stored_sizes
+from params import MODEL_SIZES, stored_sizes
 from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
 from trainer import TrainerConfig
 from utils import (
@@ -27,23 +27,20 @@ from utils import (
 BLOCK_SIZE = 128
 FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
 
-# Each preset fills the flags the user left unset, per phase: pretraining, finetuning
-# from scratch, finetuning a pretrained model (the handout's "fewer epochs after
-# pretraining"), and finetuning a recite reader from one (finetune --recite). A phase
-# also names its learning-rate schedule (--schedule "handout": the cosine fixed by the
-# corpus size, uncapped; "run": a cosine that ends with the run), and
-# may name how examples are batched and which parameters decay (--order, --decay: see
-# trainer.TrainerConfig); what neither the preset nor the user sets comes from RunConfig.
+# Each preset fills the flags the user left unset, per phase: pretraining, finetuning from scratch, finetuning a
+# pretrained model (the handout's "fewer epochs after pretraining"), and finetuning a recite reader from one
+# (finetune --recite). A phase also names its learning-rate schedule (--schedule "handout": the cosine fixed by
+# the corpus size, uncapped; "run": a cosine that ends with the run), and may name how examples are batched and
+# which parameters decay (--order, --decay: see trainer.TrainerConfig); what neither the preset nor the user
+# sets comes from RunConfig.
 #
-# handout: the course's recipe, as its trainer runs it: batches in file order, the same
-#   every epoch (its DataLoader does not shuffle), and weight decay on every parameter but
-#   the biases. Measured on a GPU, this is what reaches the course's published figures.
-# cpu: this repository's recipe for a small CPU: Muon for the blocks' matrices at batch 32
-#   and lr 1e-3, no dropout, documents from position 0 as in the handout, pretraining epochs
-#   planned after every epoch to fill --budget_minutes (at most max_epochs) with the cosine ending
-#   there, and a gentle finetune (5 epochs at 1e-4, no dropout) that keeps what was stored;
-#   its recite reader takes the handout's finetune (10 epochs at 6e-4, dropout 0.1), which
-#   teaches it to copy the place out of the recitation rather than answer from memory.
+# handout: the course's recipe, as its trainer runs it: batches in file order, the same every epoch (its
+#   DataLoader does not shuffle), and weight decay on every parameter but the biases. Measured on a GPU, this
+#   is what reaches the course's published figures.
+# cpu: this repository's recipe for a small CPU: Muon for the blocks' matrices, pretraining planned after every
+#   epoch to fill --budget_minutes (at most max_epochs) with the cosine ending there, and a gentle finetune that
+#   keeps what was stored; its recite reader takes the handout's finetune, which teaches it to copy the place
+#   out of the recitation rather than answer from memory.
 _HANDOUT_LOOP = {"schedule": "handout", "order": "file", "decay": "all_but_biases"}
 PRESETS = {
     "handout": {
@@ -185,9 +182,8 @@ def resolve(typed: dict) -> RunConfig:
     """The RunConfig of a command from the values the user typed (None: not typed): RunConfig's
     defaults, then the preset's phase, then the model sizes stored with --reading_params_path (see
     stored_sizes), then what the user typed."""
-    preset = typed.get("preset") or RunConfig.preset
-    recite = bool(typed.get("recite"))
-    preset_values = PRESETS[preset][phase(typed["function"], recite, typed.get("reading_params_path"))]
+    this_phase = phase(typed["function"], bool(typed.get("recite")), typed.get("reading_params_path"))
+    preset_values = PRESETS[typed.get("preset") or RunConfig.preset][this_phase]
     stored = stored_sizes(typed.get("reading_params_path"), "--reading_params_path")
     given = {key: value for key, value in typed.items() if value is not None}
     if isinstance(given.get("question"), str):
@@ -268,19 +264,9 @@ def time_budget(args: RunConfig) -> tuple[float | None, bool]:
 
 def build_model(args: RunConfig, vocab_size: int, variant: str | None = None) -> GPT:
     """The model the settings describe (variant: the positional one unless given), checked by check_args."""
-    config = GPTConfig(
-        vocab_size=vocab_size,
-        block_size=BLOCK_SIZE,
-        n_layer=args.n_layer,
-        n_head=args.n_head,
-        n_embd=args.n_embd,
-        variant=variant or args.variant,
-        bottleneck_dim=args.bottleneck_dim,
-        embd_pdrop=args.dropout,
-        resid_pdrop=args.dropout,
-        attn_pdrop=args.dropout,
-    )
-    return GPT(config)
+    sizes = {k: getattr(args, k) for k in MODEL_SIZES}
+    dropout = dict.fromkeys(("embd_pdrop", "resid_pdrop", "attn_pdrop"), args.dropout)
+    return GPT(GPTConfig(vocab_size, BLOCK_SIZE, variant=variant or args.variant, **sizes, **dropout))
 
 
 def memory_problem(n_layer: int, n_embd: int, vocab_size: int = 256, block_size: int = BLOCK_SIZE) -> str | None:
@@ -297,7 +283,8 @@ def problems(args: RunConfig) -> Iterator[str]:
     yield from setting_problems(args)
     for f in fields(args):
         if args.function in f.metadata["required_by"] and getattr(args, f.name) in (None, ""):
-            yield f"{args.function} needs " + (QUESTION_NEEDED if f.name == "question" else f"--{f.name}")
+            what = f"a question after the corpus, {f.metadata['help']}" if f.name == "question" else f"--{f.name}"
+            yield f"{args.function} needs {what}"
     a = args
     if a.n_embd % a.n_head:
         yield f"--n_embd {a.n_embd} must be divisible by --n_head {a.n_head}"
@@ -316,9 +303,6 @@ def problems(args: RunConfig) -> Iterator[str]:
         yield "--recite_chars is for finetune --recite"
     if a.question and (question := question_problem(a.question, BLOCK_SIZE)):
         yield f"the question {question}"
-
-
-QUESTION_NEEDED = 'a question after the corpus, e.g. "Where was Ada Lovelace born?"'
 
 
 def check_args(args: RunConfig) -> None:

@@ -1,11 +1,9 @@
-"""Data: the character vocabulary, the span-corruption pretraining set and the
-birth-place question set.
+"""Data: the character vocabulary, the span-corruption pretraining set and the birth-place question set.
 
-Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`,
-each a LongTensor of length block_size - 1), which the handout's training loop
-(bench/course.py) feeds through a `DataLoader`. The trainer instead asks for a
-whole epoch of batches at once (`epoch_batches`): built with numpy in one go,
-grouped by length and cropped so that no compute is spent on padding.
+Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`), which the handout's training
+loop (bench/course.py) feeds through a `DataLoader`. The trainer instead asks for a whole epoch of batches
+at once (`epoch_batches`): built with numpy in one go, grouped by length and cropped so that no compute is
+spent on padding.
 """
 
 from __future__ import annotations
@@ -182,9 +180,7 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
     False. Either every non-blank line has a place or none has. A missing final
     newline is fine; malformed lines are a UserError naming file and line.
     """
-    lines = read_text(path).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line, it does not start a new one
+    lines = read_text(path).removesuffix("\n").split("\n")  # a final newline ends the last line, starts none
     out: list[Question | None] = []
     for n, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
@@ -307,10 +303,7 @@ def _batches(
 
     target_mask (N, block_size), if given, is True where s[p] is a trained target.
     """
-    if target_mask is not None:
-        targets = np.where(target_mask, ids, 0)
-    else:
-        targets = ids
+    targets = ids if target_mask is None else np.where(target_mask, ids, 0)
     n = len(ids)
     # A stable sort of an already shuffled order keeps the ties random.
     order = np.argsort(real_len, kind="stable") if bucket else np.arange(n)

@@ -1,12 +1,7 @@
-"""Decoding: greedy answers in batches, with key/value caches.
-
-`predict` decodes many questions at once, in batches of similar length
-(`decode_batches`), with key/value caches (`next_logits_fn`,
-`attention.KVCache`), and gives exactly the answers of the handout's loop,
-which decodes one question at a time and recomputes the whole prefix for every
-character (bench/course.py; tested). `continue_text` continues the recite protocol's
-recitations with GPT.generate.
-"""
+"""Decoding: `predict` gives greedy answers in batches of similar length, with key/value caches
+(`next_logits_fn`, `attention.KVCache`): exactly the answers of the handout's loop, which decodes one
+question at a time and recomputes the whole prefix for every character (bench/course.py; tested).
+`continue_text` continues the recite protocol's recitations with GPT.generate."""
 
 from __future__ import annotations
 
@@ -94,9 +89,7 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.d
     batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
     for rows in tqdm(batches, desc="decoding", leave=False):
         batch = [encoded[i] for i in rows]
-        next_logits = next_logits_fn(model)
-        if copy:
-            next_logits = copying(next_logits, batch, mask_id)
+        next_logits = copying(next_logits_fn(model), batch, mask_id) if copy else next_logits_fn(model)
         decoded = greedy_decode_batch(next_logits, batch, MAX_ANSWER_CHARS, mask_id, block, device)
         for i, answer in zip(rows, decoded, strict=True):
             answers[i] = answer
@@ -172,8 +165,7 @@ def keep_spans(logits: torch.Tensor, texts: list[list[int]], answers: list[list[
 
 def copying(next_logits: Callable, prompts: list[list[int]], stop_id: int) -> Callable:
     """next_logits (see greedy_decode_batch) that continues each of `prompts` (text + stop_id) only with
-    a span of its own text: the next token must extend the answer so far to a substring of the text,
-    or be stop_id once the answer holds a token. Every other logit is -inf."""
+    a span of its own text (keep_spans)."""
     rows = list(range(len(prompts)))  # the prompt of each row still decoding
 
     def copied(tokens: torch.Tensor, lengths: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:

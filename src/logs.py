@@ -30,12 +30,8 @@ def run_role(args: RunConfig) -> str:
         return "reader" if args.recite else "finetune" if args.reading_params_path else "finetune-scratch"
     side = (read_sidecar(args.reading_params_path) if args.reading_params_path else None) or {}
     made_with = side.get("config") if isinstance(side.get("config"), dict) else {}
-    how = "direct"
-    if args.ensemble_params:
-        how = "ensemble"
-    elif side.get("protocol") == "recite":
-        how = "recite"
-    elif made_with and not made_with.get("reading_params_path"):
+    how = "ensemble" if args.ensemble_params else "recite" if side.get("protocol") == "recite" else "direct"
+    if how == "direct" and made_with and not made_with.get("reading_params_path"):
         how = "scratch"
     return f"evaluate-{how}-{Path(args.eval_corpus_path or '').stem[:40]}"
 

@@ -1,12 +1,9 @@
 """Machine policy: the choices made by measuring the machine a run is on, in one place.
 
 - `pick_device`: cuda if there is one, else cpu.
-- `measured(device)`: precision and micro-batches. A second or less of the model's own matmul
-  shapes, forward and backward, timed in fp32 and under bf16 autocast, decides the precision (the
-  faster; torch calls bf16 "supported" on CPUs that only emulate it, several times slower than
-  fp32), and the same work split in parts says whether a step may run in length-grouped
-  micro-batches (free on a CPU, kernel launches multiplied on a GPU). Measured once per machine
-  (CPU, cores, device, torch) and cached under the user's cache folder; said in one line.
+- `measured(device)`: precision and micro-batches, timed on the model's own matmul shapes (torch calls
+  bf16 "supported" on CPUs that only emulate it, several times slower than fp32; micro-batches are free on
+  a CPU, kernel launches multiplied on a GPU); once per machine, cached under the user's cache folder.
 - `ThreadChooser`: keeps a long CPU run at the faster of all threads and half of them, measured
   as it trains, because another process holding a core makes a step spread over every core wait.
 The trainer receives the decisions (TrainerConfig.bf16 and micro_batch), and flags override them.

@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
-
-class OptimizerSettings(Protocol):
-    """The settings make_optimizer reads (trainer.TrainerConfig has them all)."""
-
-    optimizer: str  # "adamw" or "muon"
-    decay: str  # "matmul" or "all_but_biases"
-    learning_rate: float
-    betas: tuple[float, float]
-    weight_decay: float
-    bf16: bool
+if TYPE_CHECKING:  # trainer imports this module
+    from trainer import TrainerConfig
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -33,8 +25,7 @@ def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = tor
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(dtype)
     tall = x.size(0) > x.size(1)
-    if tall:  # iterate on the short side's Gram matrix, the cheaper one
-        x = x.T
+    x = x.T if tall else x  # iterate on the short side's Gram matrix, the cheaper one
     x = x / (x.norm() + 1e-7)  # the Frobenius norm bounds the largest singular value: all now <= 1
     for _ in range(steps):
         gram = x @ x.T
@@ -55,8 +46,7 @@ def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(torch.promote_types(matrix.dtype, torch.float32))  # fp32, or float64 for float64
     tall = x.size(0) > x.size(1)
-    if tall:
-        x = x.T
+    x = x.T if tall else x
     x = x / (x.norm() + 1e-7)
     try:
         eigenvalues, eigenvectors = torch.linalg.eigh(x @ x.T)
@@ -102,10 +92,9 @@ class Muon(torch.optim.Optimizer):
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buffer = state["momentum_buffer"].mul_(momentum).add_(p.grad)
                 update = p.grad.add(buffer, alpha=momentum)  # Nesterov
-                if self.spectral:
-                    direction = orthogonalize_spectral(update)
-                else:
-                    direction = orthogonalize(update, dtype=self.ns_dtype)
+                direction = (
+                    orthogonalize_spectral(update) if self.spectral else orthogonalize(update, dtype=self.ns_dtype)
+                )
                 p.mul_(1 - lr * decay)
                 p.add_(direction, alpha=-lr * 0.2 * math.sqrt(max(p.shape)))
 
@@ -133,7 +122,7 @@ class MuonAdamW:
         self.adamw.load_state_dict(state["adamw"])
 
 
-def make_optimizer(model: torch.nn.Module, config: OptimizerSettings) -> torch.optim.AdamW | MuonAdamW:
+def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW | MuonAdamW:
     """AdamW, the handout's optimizer (config.optimizer "adamw"), or Muon for the hidden layers'
     matmul weights and that AdamW for the rest ("muon"); weight decay as config.decay says.
 

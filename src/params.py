@@ -26,6 +26,8 @@ from utils import (
     write_json_atomic,
 )
 
+MODEL_SIZES = ("n_layer", "n_head", "n_embd", "bottleneck_dim")  # the settings a GPT is built with, as sidecars say
+
 
 def sidecar_path(params_path: str | Path) -> Path:
     """The JSON sidecar beside a params file: `<params>.json`."""
@@ -115,7 +117,7 @@ def stored_sizes(path: str | None, flag: str) -> dict:
     """The model sizes (n_layer, n_head, n_embd, bottleneck_dim) the sidecar of params file `path`
     records, so that a model is built as it was trained; empty without a path or sidecar."""
     side = read_sidecar(path) if path is not None else None
-    sizes = {k: side[k] for k in ("n_layer", "n_head", "n_embd", "bottleneck_dim") if (side or {}).get(k) is not None}
+    sizes = {k: side[k] for k in MODEL_SIZES if (side or {}).get(k) is not None}
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs a whole number >= 1")

@@ -17,10 +17,8 @@ only from the pretrained parameters, closed book:
 No dev place is seen at any step. After "Recitation-Augmented Language Models"
 (Sun et al., ICLR 2023); the evidence is in bench/RESEARCH.md.
 
-A reader's params sidecar says `"protocol": "recite"`, the recitation length
-and the pretrained params it recites with (path relative to the reader's own
-folder, and SHA-256): `evaluate` and `ask` recite first whenever they read a
-reader, and refuse pretrained params that are missing or changed since.
+`evaluate` and `ask` recite first whenever they read a reader (its sidecar links
+its pretrained params: link_to_pretrained, linked_pretrained).
 """
 
 from __future__ import annotations
@@ -85,11 +83,6 @@ def recite(
     return [t.replace("\t", " ").replace("\n", " ") for t in texts]
 
 
-def reader_questions(questions: list[Question], recitations: list[str]) -> list[Question]:
-    """The questions with each text replaced by its recitation (what the reader is trained on and asked)."""
-    return [Question(r, q.place, q.line) for q, r in zip(questions, recitations, strict=True)]
-
-
 def place_in_recitation(questions: list[Question], recitations: list[str]) -> float:
     """Share of recitations that contain their question's gold place: the ceiling of a reader that copies."""
     hits = [q.place in r for q, r in zip(questions, recitations, strict=True) if q.place is not None]
@@ -148,4 +141,4 @@ def reader_dataset(
           "no recitation holds its place (pretrain longer); the reader trains on them all")  # fmt: skip
     record = {"people": len(questions), "kept": len(kept), "place_share": share, "seconds": round(seconds, 1)}
     kept = kept or list(zip(questions, recitations))
-    return NameDataset(corpus, reader_questions([q for q, _ in kept], [r for _, r in kept])), record
+    return NameDataset(corpus, [Question(r, q.place, q.line) for q, r in kept]), record  # each text its recitation

@@ -36,6 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from torch.utils.tensorboard import SummaryWriter
 
 import budget
 import machine
@@ -49,6 +50,7 @@ from config import (
     RunConfig,
     build_model,
     check_args,
+    preset_value,
     resolve,
     time_budget,
     trainer_config,
@@ -59,7 +61,6 @@ from model import GPT
 from params import load_params, read_sidecar, save_params, sidecar_path
 from trainer import Trainer, TrainerConfig, TrainingInterrupted
 from utils import (
-    ScalarWriter,
     UserError,
     check_free_space,
     check_output_file,
@@ -124,7 +125,7 @@ def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path, data_sha256: 
 
 
 def train(
-    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: ScalarWriter,
+    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: SummaryWriter,
     command: str,
 ) -> dict:  # fmt: skip
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path.
@@ -280,16 +281,14 @@ def make_parser(command: str | None = None) -> Parser:
         p.add_argument("command", choices=FUNCTIONS, help="what to do (see below)")
         return p
     p = Parser(prog=f"run.py {command}", description=COMMANDS_HELP.splitlines()[FUNCTIONS.index(command) + 1].strip())
-    groups: dict = {}
-    for f in (f for f in dataclasses.fields(RunConfig) if command in f.metadata["commands"]):
+    used = [f for f in dataclasses.fields(RunConfig) if command in f.metadata["commands"]]
+    groups = {name: p.add_argument_group(name) for name in dict.fromkeys(f.metadata["group"] for f in used)}
+    for f in used:
         options = {k: v for k, v in f.metadata.items() if k in ("type", "choices", "nargs", "action", "metavar")}
-        g = groups.get(f.metadata["group"]) or groups.setdefault(
-            f.metadata["group"], p.add_argument_group(f.metadata["group"])
-        )
         help = f.metadata["help"]
         options["help"] = f"{help}{preset_defaults(f, command)}" if help else argparse.SUPPRESS
         positional = f.metadata.get("positional")
-        g.add_argument(
+        groups[f.metadata["group"]].add_argument(
             f.name if positional else f"--{f.name}", **(options if positional else {"default": None} | options)
         )
     return p
@@ -306,8 +305,8 @@ def preset_defaults(field: dataclasses.Field, command: str) -> str:
         return ""
     phases = PHASES.get(command, {"finetune_pretrained": ""})  # evaluate and ask read finetuned params
     said = {}
-    for preset, values in PRESETS.items():
-        texts = {p: values[p].get(field.name, field.default) for p in phases}
+    for preset in PRESETS:
+        texts = {p: preset_value(preset, p, field.name) for p in phases}
         texts = {p: "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for p, v in texts.items()}
         same = len(set(texts.values())) == 1
         said[preset] = next(iter(texts.values())) if same else ", ".join(f"{v}{phases[p]}" for p, v in texts.items())
@@ -337,13 +336,6 @@ def resolved_config(argv: list[str]) -> RunConfig:
     return resolve({"function": argv[0], **vars(typed)})
 
 
-def command_config(argv: list[str]) -> RunConfig:
-    """The resolved settings of a command line, checked (a bad value is a UserError)."""
-    config = resolved_config(argv)
-    check_args(config)
-    return config
-
-
 def run(args: RunConfig, command: str = "") -> None:
     """Do what the resolved command says (UserError for a mistake, TrainingInterrupted after a signal);
     `command` is the command line, as the params' sidecar records it."""
@@ -368,16 +360,18 @@ def run(args: RunConfig, command: str = "") -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
     argv = sys.argv[1:] if argv is None else argv
+    command = shlex.join(["python", "src/run.py", *argv])
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here Ctrl-C is a KeyboardInterrupt
     try:
-        config = command_config(argv)
+        config = resolved_config(argv)
+        check_args(config)  # a bad value is a UserError
     except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
         return int(e.code or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        run(config, shlex.join(["python", "src/run.py", *argv]))
+        run(config, command)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -385,7 +379,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}: lower the learning rate", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:
-        command = shlex.join(["python", "src/run.py", *argv])
         resume = command if "--resume" in argv else f"{command} --resume"
         print(f"interrupted: checkpoint written to {e}; to continue: {resume}", file=sys.stderr)
         return 130

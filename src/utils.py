@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,14 +91,9 @@ def set_rng_states(states: dict) -> None:
 
 
 def _file_kind(mode: int) -> str:
-    """What a stat mode that is not a regular file names, for error messages."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    return "a socket" if stat.S_ISSOCK(mode) else "a file" if stat.S_ISREG(mode) else "not a regular file"
+    """What a stat mode names, for error messages: "a folder", "a device", "a FIFO", ..."""
+    kinds = {"d": "a folder", "c": "a device", "b": "a device", "p": "a FIFO", "s": "a socket", "-": "a file"}
+    return kinds.get(stat.filemode(mode)[0], "not a regular file")  # filemode: "drwxr-xr-x" and the like
 
 
 def _why(e: OSError) -> str:
@@ -156,10 +151,8 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
     cause = "" if os.path.isdir(parent) else f"folder {parent} does not exist"
     if not cause and not os.access(parent, os.W_OK | os.X_OK):
         cause = f"folder {parent} is not writable (permission denied)"
-    if not cause and name > _name_max(parent) - len(".ckpt"):
-        cause = (
-            f"the name is {name} bytes; at most {_name_max(parent) - len('.ckpt')} fit (room for the .ckpt beside it)"
-        )
+    if not cause and name > (room := _name_max(parent) - len(".ckpt")):
+        cause = f"the name is {name} bytes; at most {room} fit (room for the .ckpt beside it)"
     if cause:
         raise UserError(f"{flag} {path}: {cause}")
 
@@ -167,10 +160,9 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
 def check_output_dir(path: str | Path, flag: str) -> None:
     """A one-line UserError naming `flag` unless `path` is a folder this process can write in, or one it can
     make: the nearest part that exists is a writable folder, and every name fits the file system."""
-    folder, cause = Path(path), ""
+    missing, cause = folders_to_make(path), ""
+    folder = missing[-1].parent if missing else Path(path)  # the part that exists; the rest is made
     try:
-        while not os.path.lexists(folder) and folder != folder.parent:  # the part that exists; the rest is made
-            folder = folder.parent
         mode = os.stat(folder).st_mode
         cause = "" if stat.S_ISDIR(mode) else f"{folder} is not a folder ({_file_kind(mode)}); give a folder name"
         if not cause and not os.access(folder, os.W_OK | os.X_OK):
@@ -245,13 +237,9 @@ def _running(pid: int) -> bool:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it is renamed onto `path`.
-
-    A crash or error before the rename leaves any previous file at `path` intact.
-    A symlink at `path` stays: the file it points to is replaced. Only a regular
-    file is ever replaced (see write_target). A new file gets the mode the umask
-    gives, a replaced one keeps its mode.
-    """
+    """Yield a temporary path beside `path`; on success it is renamed onto `path`: a crash or error before
+    the rename leaves any previous file intact. A symlink at `path` stays, the regular file it points to is
+    replaced (write_target); a new file gets the mode the umask gives, a replaced one keeps its mode."""
     target = write_target(path)
     parent = target.parent if str(target.parent) else Path(".")
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
@@ -305,22 +293,17 @@ def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Pa
         try:
             torch.save(obj, tmp)
         except RuntimeError as e:  # torch's writer reports a failed write (a full disk) this way, cryptically
-            full = shutil.disk_usage(tmp.parent).free < 1 << 20
-            raise (
-                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) if full else OSError(errno.EIO, str(e).splitlines()[0])
-            ) from None
+            code = errno.ENOSPC if shutil.disk_usage(tmp.parent).free < 1 << 20 else errno.EIO
+            raise OSError(code, os.strerror(code) if code == errno.ENOSPC else str(e).splitlines()[0]) from None
         if before_rename is not None:
             _fsync(tmp)
             before_rename(tmp)
 
 
 def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
-    """A one-line UserError when an output is the same file as an input or as another output.
-
-    Keys are flag names (e.g. "--outputs_path"), values paths or None (not given).
-    Paths are compared resolved (symlinks, "./x", "../d/x"), and with os.path.samefile
-    where both exist (hard links).
-    """
+    """A one-line UserError when an output is the same file as an input or as another output. Keys are flag
+    names ("--outputs_path"), values paths or None (not given), compared resolved (symlinks, "./x", "../d/x")
+    and with os.path.samefile where both exist (hard links)."""
     given_outputs = [(flag, Path(p)) for flag, p in outputs.items() if p is not None]
     given_inputs = [(flag, Path(p)) for flag, p in inputs.items() if p is not None]
     for i, (flag, out) in enumerate(given_outputs):
@@ -425,15 +408,6 @@ def find_data_file(name: str | Path, flag: str) -> Path:
 def plural(n: int, word: str) -> str:
     """'1 epoch', '2 epochs'."""
     return f"{n} {word}{'s' if n != 1 else ''}"
-
-
-class ScalarWriter(Protocol):
-    """What the commands log to: a TensorBoard SummaryWriter."""
-
-    def add_scalar(self, tag: str, value: float, step: int) -> None: ...
-    def add_text(self, tag: str, text: str) -> None: ...
-    def add_hparams(self, hparam_dict: dict, metric_dict: dict, run_name: str) -> None: ...
-    def close(self) -> None: ...
 
 
 @contextlib.contextmanager

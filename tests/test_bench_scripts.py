@@ -95,10 +95,12 @@ def params_sidecar(argv: list[str], **results) -> dict:
     return {"config": asdict(run.resolved_config(argv)), **results}
 
 
-def test_gpu_check_records_the_pretrainings_order_and_decay_from_its_sidecar(tmp_path):
+def test_gpu_check_records_the_pretrainings_order_decay_compilation_and_step_time_from_its_sidecar(tmp_path):
     sidecar = tmp_path / "pretrain.params.json"
-    sidecar.write_text(json.dumps(params_sidecar(["pretrain", "vanilla", "wiki.txt", "--preset", "handout"])))
-    assert gpu_check.trainer_settings(sidecar) == {"order": "file", "decay": "all_but_biases"}
+    argv = ["pretrain", "vanilla", "wiki.txt", "--preset", "handout", "--compile"]
+    sidecar.write_text(json.dumps(params_sidecar(argv, steps=400, train_seconds=2.0)))
+    found = gpu_check.trainer_settings(sidecar)
+    assert found == {"order": "file", "decay": "all_but_biases", "compiled": True, "ms_per_step": 5.0}
 
 
 # ---------------------------------------------------------------------------

@@ -350,7 +350,9 @@ def test_report_records_each_finished_run_with_its_machine_recipe_and_minutes(
         ("london", "handout", 3, 0.25),
         ("rope", "cpu", 3, 1.0),
     ]
-    assert lines[1]["minutes"] == round(126 / 60, 1) and lines[1]["machine"] == report.this_machine()
+    assert lines[1]["minutes"] == round(126 / 60, 1) and lines[1]["machine"] == report.research.machine_name(
+        torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    )
 
 
 def test_report_shows_and_records_recite_rows_with_their_ceiling_and_extra_minutes(

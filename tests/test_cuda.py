@@ -127,6 +127,20 @@ def test_gpu_bf16_training_stays_near_the_fp32_loss_curve():
     np.testing.assert_allclose(bf16, fp32, atol=0.05)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gpu_training_compiled_into_cuda_graphs_follows_the_eager_loss_curve(variant):
+    torch._dynamo.reset()
+    eager = tiny_run(steps=20, dropout=0.0, device=CUDA, variant=variant)
+    compiled = tiny_run(steps=20, dropout=0.0, device=CUDA, variant=variant, compile=True)
+    np.testing.assert_allclose(compiled, eager, atol=0.05)  # both bf16: the bf16-against-fp32 curve's tolerance
+
+
+def test_gpu_training_compiled_into_cuda_graphs_with_dropout_reduces_the_loss():
+    torch._dynamo.reset()
+    losses = tiny_run(steps=15, device=CUDA, compile=True)
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+
+
 def test_gpu_training_with_dropout_reduces_the_loss():
     losses = tiny_run(steps=15, device=CUDA)
     assert np.mean(losses[-3:]) < np.mean(losses[:3])

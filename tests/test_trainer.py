@@ -63,12 +63,14 @@ def tiny_run(
     dropout: float = 0.1,
     device: torch.device | None = None,
     dtype=torch.float32,
+    variant: str = "vanilla",
     **config,
 ) -> list[float]:
     torch.manual_seed(seed)
     ds = tiny_people_dataset()
     drops = {"embd_pdrop": dropout, "resid_pdrop": dropout, "attn_pdrop": dropout}
-    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16, **drops)).to(dtype)
+    sizes = {"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 16, "variant": variant}
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, **sizes, **drops)).to(dtype)
     cfg = TrainerConfig(max_epochs=3, batch_size=8, learning_rate=1e-2, seed=seed, max_steps=steps, **config)
     random.seed(seed)
     return Trainer(model, ds, cfg, device or torch.device("cpu")).train()
@@ -194,11 +196,12 @@ def test_a_run_prints_a_line_for_its_first_and_last_epoch_and_each_tenth_between
     assert [e for e in range(1, 6) if epoch_line_due(e, 5)] == [1, 2, 3, 4, 5]
 
 
-def test_a_compiled_model_on_batches_padded_to_one_width_trains_as_the_eager_one(monkeypatch):
+@pytest.mark.parametrize("variant", ["vanilla", "perceiver", "rope"])
+def test_a_compiled_model_on_batches_padded_to_one_width_trains_as_the_eager_one(monkeypatch, variant):
     monkeypatch.setattr(loop, "COMPILE_BACKEND", "aot_eager")  # the same graph, without generating code
     torch._dynamo.reset()
-    eager = tiny_run(steps=6, dropout=0.0, dtype=torch.float64)
-    compiled = tiny_run(steps=6, dropout=0.0, dtype=torch.float64, compile=True)
+    eager = tiny_run(steps=6, dropout=0.0, dtype=torch.float64, variant=variant)
+    compiled = tiny_run(steps=6, dropout=0.0, dtype=torch.float64, variant=variant, compile=True)
     # Matmuls of another width may round differently: float64's 1e-16, grown by six steps (STEP_TOLERANCE)
     assert compiled == pytest.approx(eager, rel=STEP_TOLERANCE["rtol"])
 
