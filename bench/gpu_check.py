@@ -42,7 +42,6 @@ from research import LoggedEpochs, accuracy, machine_name, predictions_sidecar, 
 
 import attention  # noqa: E402
 import machine as machine_policy  # noqa: E402
-from dataset import read_text  # noqa: E402
 
 RUN_PY = str(ROOT / "src" / "run.py")
 VARIANT_FLAGS = {
@@ -60,8 +59,7 @@ DEV_PREDICTIONS = {"evaluate": "dev.predictions", "recite_dev": "recite_dev.pred
 
 
 class Slots:
-    """How many runs may go at once, and the CPU threads each gets: all at once sharing a GPU;
-    one at a time on a CPU, where parallel torch processes slow each other several times over."""
+    """How many runs go at once (all on a GPU, one on a CPU, where they slow each other) and their threads."""
 
     def __init__(self, runs: int):
         self.parallel = runs if torch.cuda.is_available() else 1
@@ -333,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = {} if args.skip_speed else speed_check(args.workdir, args.tiny, device)
     bf16 = info["precision"] == "bf16"
     speed.setdefault("peak_gflops", bench_speed.peak_gflops(device, bf16))
-    vocab_size = bench_speed.CharCorruptionDataset(read_text(ROOT / "data" / "wiki.txt"), 128).vocab_size
+    vocab_size = bench_speed.CharCorruptionDataset(bench_speed.read_text(ROOT / "data" / "wiki.txt"), 128).vocab_size
     gflop = {v: bench_speed.handout_step_gflop(v, vocab_size, 128, device, bf16) for v in VARIANT_FLAGS}
     compiled = args.compile == "yes" or (args.compile == "measured" and speed.get("compile_pays", False))
     print(f"pretrainings {'with' if compiled else 'without'} --compile ({args.compile}); matmul peak "

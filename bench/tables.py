@@ -256,9 +256,9 @@ def todays_table() -> str:
 
 
 def seconds(step: dict) -> str:
-    """A step's time: hundredths of a second on a CPU, milliseconds on a GPU."""
-    t = step["seconds_per_step"]
-    return f"{t:.2f} s" if t >= 0.1 else f"{t * 1000:.0f} ms"
+    """A step's time: hundredths of a second on a CPU, milliseconds on a GPU; its handout MFU where measured."""
+    t, mfu = step["seconds_per_step"], f" (MFU {step['handout_mfu']:.0%})" if "handout_mfu" in step else ""
+    return (f"{t:.2f} s" if t >= 0.1 else f"{t * 1000:.0f} ms") + mfu
 
 
 def speed_table() -> str:
@@ -273,9 +273,11 @@ def speed_table() -> str:
         for t in r.get("train", [])[1::2]:
             ref = next(x for x in r["train"] if x["variant"] == t["variant"] and x["impl"] == "reference")
             fast, ratio = seconds(t), f"{ref['seconds_per_step'] / t['seconds_per_step']:.1f}x"
-            for f in r.get("train_fast_fp32", []):
+            for f, how in [(f, "in fp32 (`--fp32`)") for f in r.get("train_fast_fp32", [])] + [
+                (f, "compiled (`--compile`)") for f in r.get("train_fast_compiled", [])
+            ]:
                 if f["variant"] == t["variant"]:
-                    fast += f"; {seconds(f)} in fp32 (`--fp32`)"
+                    fast += f"; {seconds(f)} {how}"
                     ratio += f"; {ref['seconds_per_step'] / f['seconds_per_step']:.1f}x"
             lines.append(
                 f"| {name} | pretraining step, {t['variant']}, batch {t['batch_size']} | {seconds(ref)} | {fast} | {ratio} |"

@@ -176,6 +176,20 @@ def test_a_gpu_speed_line_shows_milliseconds_and_the_fast_path_in_fp32(monkeypat
     )
 
 
+def test_a_gpu_speed_line_shows_the_compiled_step_with_its_mfu(monkeypatch, tmp_path):
+    step = {"variant": "rope", "batch_size": 128}
+    line = {"machine": "NVIDIA A GPU, torch 2.11.0+cu130", "train": [
+        {**step, "impl": "reference", "seconds_per_step": 0.020, "handout_mfu": 0.02},
+        {**step, "impl": "fast", "seconds_per_step": 0.025, "handout_mfu": 0.016}],
+        "train_fast_compiled": [{**step, "impl": "fast", "compiled": True, "seconds_per_step": 0.004,
+                                 "handout_mfu": 0.1}]}  # fmt: skip
+    logged(monkeypatch, tmp_path, speed=line)
+    assert (
+        "| A GPU | pretraining step, rope, batch 128 | 20 ms (MFU 2%) | 25 ms (MFU 2%); 4 ms (MFU 10%) compiled "
+        "(`--compile`) | 0.8x; 5.0x |" in tables.speed_table()
+    )
+
+
 def test_the_readme_stays_a_short_users_guide():
     assert len((REPO_ROOT / "README.md").read_bytes()) <= 15_000
     assert len((REPO_ROOT / "bench" / "RESEARCH.md").read_bytes()) <= 40_000
