@@ -1,15 +1,9 @@
 """Attention: the maths in one place.
 
-`attend` is scaled dot-product attention: on CUDA, PyTorch's
-`scaled_dot_product_attention` restricted to its math kernel (the fused ones
-broke bf16 training: see `CUDA_ATTENTION_KERNELS`); on CPU the plain
-matmul-softmax, whose backward beat the fused CPU kernel's where it was measured
-(bench/RESEARCH.md, "Engineering").
-
-`dropout` is PyTorch's own on CUDA; on CPU it draws its random bits four at a
-time, because `bernoulli_` was a large share of a training step with the
-handout's dropout 0.1 (bench/RESEARCH.md). The handout's plain versions of both
-are in bench/course.py, which the tests and the speed benchmark compare against.
+`attend` is PyTorch's `scaled_dot_product_attention` on CUDA (the kernel that `CUDA_ATTENTION_KERNELS`
+allows) and the plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it was measured
+(bench/RESEARCH.md, "Engineering"). `dropout` is PyTorch's own on CUDA and cheaper random bits on CPU. The
+handout's plain versions of both are in bench/course.py, which the tests and the speed benchmark compare against.
 
 The modules below add the learned projections. Their parameter names (`key`,
 `query`, `value`, `proj`) and the persistent `mask` buffer match the course
@@ -43,9 +37,8 @@ def attend(
 ) -> torch.Tensor:
     """Scaled dot-product attention.
 
-    q: (B, nh, Tq, hs); k, v: (B, nh, Tk, hs); mask: bool, broadcastable to
-    (B, nh, Tq, Tk), True where a query may look at a key (None: no mask).
-    Returns (B, nh, Tq, hs). Every query row must be allowed at least one key.
+    q: (B, nh, Tq, hs); k, v: (B, nh, Tk, hs); mask: bool, broadcastable to (B, nh, Tq, Tk), True where a query may look
+    at a key (None: no mask). Returns (B, nh, Tq, hs). Every query row must be allowed at least one key.
     """
     if q.is_cuda:
         with sdpa_kernel(CUDA_ATTENTION_KERNELS):
@@ -59,11 +52,11 @@ def attend(
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """Zero each element of x with probability p and scale the rest so the mean is kept; same shape as x.
 
-    Call with p = 0 when not training. A CUDA tensor, or a compiled graph, gets F.dropout. On CPU
-    one 64-bit random number is drawn per four elements and an element is
-    dropped when 15 of its 16 bits fall below round(p * 2**15): the rate is p
-    to within 2**-16 (0.1 -> 0.10001) and kept values are scaled by the exact
-    1 / (1 - rate). Both use PyTorch's seeded generator.
+    Call with p = 0 when not training. A CUDA tensor, or a compiled graph, gets F.dropout. On CPU, where
+    `bernoulli_` was a large share of a training step (bench/RESEARCH.md), one 64-bit random number is drawn
+    per four elements and an element is dropped when 15 of its 16 bits fall below round(p * 2**15): the rate
+    is p to within 2**-16 (0.1 -> 0.10001) and kept values are scaled by the exact 1 / (1 - rate). Both use
+    PyTorch's seeded generator.
     """
     if p == 0.0:
         return x
@@ -106,11 +99,10 @@ def rotary_table(length: int, head_dim: int) -> torch.Tensor:
 def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotary embedding: x (..., T, hs) with rows of `table` (..., T, hs/2, 2) for its positions -> (..., T, hs).
 
-    Dimensions (2i, 2i+1) are taken as one complex number and multiplied by
-    cos tθ_i + i sin tθ_i. Queries and keys rotated this way score q·k by their
-    relative position only. Written as x * cos + (x with each pair swapped) * ±sin
-    in x's dtype: two multiplies on whole rows, which the CPU runs far faster
-    than splitting the pairs apart and stacking them again.
+    Dimensions (2i, 2i+1) are taken as one complex number and multiplied by cos tθ_i + i sin tθ_i. Queries and keys
+    rotated this way score q·k by their relative position only. Written as x * cos + (x with each pair swapped) * ±sin
+    in x's dtype: two multiplies on whole rows, which the CPU runs far faster than splitting the pairs apart and
+    stacking them again.
     """
     cos = table[..., 0].repeat_interleave(2, dim=-1).to(x.dtype)  # (..., T, hs): cos tθ_i at 2i and 2i+1
     sin = torch.stack((-table[..., 1], table[..., 1]), dim=-1).flatten(-2).to(x.dtype)  # -sin at 2i, +sin at 2i+1
@@ -118,10 +110,9 @@ def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return x * cos + swapped * sin
 
 
-def causal_mask(size_q: int, size_k: int | None = None) -> torch.Tensor:
-    """(1, 1, Tq, Tk) float mask: 1 where query i may see key j <= i, else 0."""
-    size_k = size_q if size_k is None else size_k
-    return torch.tril(torch.ones(size_q, size_k)).view(1, 1, size_q, size_k)
+def causal_mask(size: int) -> torch.Tensor:
+    """(1, 1, size, size) float mask: 1 where query i may see key j <= i, else 0."""
+    return torch.tril(torch.ones(size, size)).view(1, 1, size, size)
 
 
 class MultiHeadAttention(nn.Module):
@@ -170,9 +161,8 @@ class MultiHeadAttention(nn.Module):
     def forward_cached(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache, q_positions: torch.Tensor):
         """Decoding: append x_kv's keys/values to `cache`, then attend from x_q.
 
-        x_kv (B, Tk, C) holds each row's next entries; x_q (B, Tq, C) sits at
-        q_positions (B, Tq) and sees its row's cached positions <= its own.
-        Returns (B, Tq, C).
+        x_kv (B, Tk, C) holds each row's next entries; x_q (B, Tq, C) sits at q_positions (B, Tq) and sees its row's
+        cached positions <= its own. Returns (B, Tq, C).
         """
         q = self.split_heads(self.query(x_q))
         k, v = cache.write(self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv)))
@@ -182,14 +172,12 @@ class MultiHeadAttention(nn.Module):
 class CausalSelfAttention(MultiHeadAttention):
     """Masked self-attention: position i sees positions <= i.
 
-    forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds
-    only the new positions of each row; their keys and values are written to
-    the cache and each query sees its row's cached positions up to its own
-    (batched greedy decoding, rows of different lengths).
+    forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds only the new positions of each row; their
+    keys and values are written to the cache and each query sees its row's cached positions up to its own (batched
+    greedy decoding, rows of different lengths).
 
-    rope=True (the 2024 handout's variant): queries and keys are rotated by
-    their positions (`rotate`) before they meet, and the angles are kept in
-    the persistent buffer `rope_cache` as the handout keeps them.
+    rope=True (the 2024 handout's variant): queries and keys are rotated by their positions (`rotate`) before they meet,
+    and the angles are kept in the persistent buffer `rope_cache` as the handout keeps them.
     """
 
     def __init__(
@@ -238,20 +226,16 @@ class CausalCrossAttention(MultiHeadAttention):
         self.register_buffer("mask", causal_mask(block_size))
 
     def forward(self, x_kv: torch.Tensor, x_q: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        Tk, Tq = x_kv.size(1), x_q.size(1)
-        mask = self.mask[:, :, :Tq, :Tk].bool()
-        return super().forward(x_q, x_kv, mask)
+        return super().forward(x_q, x_kv, self.mask[:, :, : x_q.size(1), : x_kv.size(1)].bool())
 
 
 class KVCache:
     """Keys and values of the positions decoded so far, for one attention layer.
 
-    Rows may hold different numbers of positions (prompts of different
-    lengths): `lengths` (B,) counts each row's. Storage for `capacity`
-    positions is allocated on the first write, plus one scratch slot: entries
-    that would land at or past the capacity go there, and no query sees it.
-    (Only the perceiver's bottleneck caches, capacity m, ever fill up: input
-    positions past m add no bottleneck position.)
+    Rows may hold different numbers of positions (prompts of different lengths): `lengths` (B,) counts each row's.
+    Storage for `capacity` positions is allocated on the first write, plus one scratch slot: entries that would land at
+    or past the capacity go there, and no query sees it. (Only the perceiver's bottleneck caches, capacity m, ever fill
+    up: input positions past m add no bottleneck position.)
     """
 
     def __init__(self, capacity: int) -> None:

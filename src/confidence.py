@@ -1,11 +1,9 @@
 """Know when the model is guessing: answer confidence, a small beam search, and selective-accuracy metrics.
 
-An answer's confidence is its log-probability under the model, computed by
-teacher forcing `question MASK answer MASK` in one batched forward pass: the
-sum of the log-probabilities of the answer characters and of the closing MASK
-(an answer cut off at the length limit has no MASK, so only its characters
-count), and that sum divided by the number of tokens scored (the per-character
-mean). Answers are ranked, and calibrated, by the mean:
+An answer's confidence is its log-probability under the model, computed by teacher forcing `question MASK answer MASK`
+in one batched forward pass: the sum of the log-probabilities of the answer characters and of the closing MASK (an
+answer cut off at the length limit has no MASK, so only its characters count), and that sum divided by the number of
+tokens scored (the per-character mean). Answers are ranked, and calibrated, by the mean:
 
 - ranking: the sum falls with every extra character, so it would rank
   "Rome" above "Rio de Janeiro" however sure the model is of each; the mean
@@ -115,10 +113,9 @@ def beam_search(
     """The `beam` most probable answers found by beam search over characters, best (highest logprob) first;
     with `copy` (a reader), only answers that are spans of `question` (decode.keep_spans).
 
-    An answer ends with a MASK, or is cut off at the decoding limit. Each step
-    extends every live beam by its `beam` best characters and keeps the
-    `beam` best unfinished candidates; it stops when no live beam can still
-    beat the `beam`-th finished answer (log-probabilities only fall).
+    An answer ends with a MASK, or is cut off at the decoding limit. Each step extends every live beam by its `beam`
+    best characters and keeps the `beam` best unfinished candidates; it stops when no live beam can still beat the
+    `beam`-th finished answer (log-probabilities only fall).
     """
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
@@ -243,13 +240,8 @@ def scores_tsv(entries: Sequence[Question | None], scores: Sequence[AnswerScore]
     A tab, newline or carriage return generated inside an answer is written as a space, so
     the file keeps one line per input line.
     """
-    it = iter(scores)
-    lines = []
-    for q in entries:
-        s = next(it) if q is not None else None
-        answer = "" if s is None else re.sub(r"[\t\n\r]", " ", s.answer)
-        lines.append(f"{answer}\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" if s is not None else "")
-    return "".join(line + "\n" for line in lines)
+    rows = (re.sub(r"[\t\n\r]", " ", s.answer) + f"\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" for s in scores)
+    return "".join((next(rows) if q is not None else "") + "\n" for q in entries)
 
 
 def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[AnswerScore]) -> str:

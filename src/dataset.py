@@ -92,7 +92,35 @@ def max_truncated_len(block_size: int) -> int:
     return int(block_size * 7 / 8)
 
 
-class CharCorruptionDataset(Dataset):
+class BatchedDataset(Dataset):
+    """A dataset that batches a whole epoch at once. Subclasses give `epoch_examples(order, rng)`: the
+    examples `order` (N,) as (ids, targets (N, block_size), real_len (N,)), targets 0 where not trained."""
+
+    def epoch_batches(
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop_multiple: int = 8
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of shifted (x, y) batches (B, T), every example once (see ORDERS for `order`).
+
+        Each batch is cropped to its longest example, rounded up to a multiple of `crop_multiple`:
+        PAD targets are ignored by the loss, so this changes no loss, only the work done.
+        """
+        ids, targets, real_len = self.epoch_examples(example_order(len(self), rng, order), rng)
+        bucket = order == "bucketed"
+        # A stable sort of an already shuffled order keeps the ties random.
+        rows = np.argsort(real_len, kind="stable") if bucket else np.arange(len(ids))
+        starts = list(range(0, len(ids), batch_size))
+        if bucket:
+            rng.shuffle(starts)
+        for s in starts:
+            idx = rows[s : s + batch_size]
+            # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
+            # Rounded up to a multiple of 8: 16 tensor shapes instead of ~110 keep the CPU allocator
+            # from fragmenting: without it memory grew every step and steps slowed (bench/RESEARCH.md).
+            width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // crop_multiple) * crop_multiple)
+            yield torch.from_numpy(ids[idx, :width]), torch.from_numpy(targets[idx, 1 : width + 1])
+
+
+class CharCorruptionDataset(BatchedDataset):
     """Span-corruption examples, one per document (a line of the corpus) per epoch.
 
     ds[i] -> (x, y), LongTensors of length block_size - 1, y = x shifted by one.
@@ -148,16 +176,10 @@ class CharCorruptionDataset(Dataset):
         ids = np.where(p >= L + 2, 0, ids)  # PAD
         return ids, (L + 2)[:, 0]
 
-    def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop_multiple: int = 8
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (x, y) batches, every document once (see ORDERS for `order`).
-
-        Each batch is cropped to its longest example, rounded up to a multiple of `crop_multiple`:
-        PAD targets are ignored by the loss, so this changes no loss, only the work done.
-        """
-        ids, real_len = self.corrupted_ids(example_order(len(self), rng, order), rng)
-        yield from _batches(ids, real_len, batch_size, rng, order == "bucketed", multiple=crop_multiple)
+    def epoch_examples(self, order: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """(ids, targets (N, block_size), real_len (N,)) of an epoch's examples of the documents `order`."""
+        ids, real_len = self.corrupted_ids(order, rng)
+        return ids, ids, real_len
 
 
 # ---------------------------------------------------------------------------
@@ -176,9 +198,8 @@ class Question:
 def read_questions(path: str | Path, require_place: bool) -> list[Question | None]:
     """Parse a birth-place TSV. One entry per line of the file; blank lines give None.
 
-    Lines are `question<TAB>place`, or just `question` when require_place is
-    False. Either every non-blank line has a place or none has. A missing final
-    newline is fine; malformed lines are a UserError naming file and line.
+    Lines are `question<TAB>place`, or just `question` when require_place is False. Either every non-blank line has a
+    place or none has. A missing final newline is fine; malformed lines are a UserError naming file and line.
     """
     lines = read_text(path).removesuffix("\n").split("\n")  # a final newline ends the last line, starts none
     out: list[Question | None] = []
@@ -220,7 +241,7 @@ def score_places(questions: list[Question], predictions: list[str]) -> tuple[int
     return len(pairs), sum(p == gold for p, gold in pairs)
 
 
-class NameDataset(Dataset):
+class NameDataset(BatchedDataset):
     """Finetuning examples `question MASK place MASK`, padded; only the answer is trained.
 
     ds[i] -> (x, y), LongTensors of length block_size - 1; y is PAD over the
@@ -252,27 +273,18 @@ class NameDataset(Dataset):
         self.real_len = np.array([len(r) for r, _ in rows], dtype=np.int64)
         for i, (r, _) in enumerate(rows):
             self.ids[i, : len(r)] = r
+        # no loss on predicting the question itself
+        self.targets = np.where(np.arange(self.block_size) >= self.question_len[:, None], self.ids, 0)
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.from_numpy(self.ids[idx])
-        x, y = ids[:-1].clone(), ids[1:].clone()
-        y[: self.question_len[idx] - 1] = 0  # no loss on predicting the question itself
-        return x, y
+        return torch.from_numpy(self.ids[idx, :-1]), torch.from_numpy(self.targets[idx, 1:])
 
-    def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of (x, y) batches (see CharCorruptionDataset.epoch_batches)."""
-        ids, real_len, target_mask = self.examples(example_order(len(self), rng, order))
-        yield from _batches(ids, real_len, batch_size, rng, order == "bucketed", target_mask)
-
-    def examples(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids (N, block_size), real_len (N,), target_mask (N, block_size)) of the examples in `order`."""
-        target_mask = np.arange(self.block_size)[None, :] >= self.question_len[order, None]
-        return self.ids[order], self.real_len[order], target_mask
+    def epoch_examples(self, order: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """(ids, targets (N, block_size), real_len (N,)) of the examples `order`."""
+        return self.ids[order], self.targets[order], self.real_len[order]
 
 
 # How an epoch's examples are ordered into batches:
@@ -288,34 +300,3 @@ def example_order(n: int, rng: np.random.Generator, order: str) -> np.ndarray:
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}")
     return np.arange(n) if order == "file" else rng.permutation(n)
-
-
-def _batches(
-    ids: np.ndarray,
-    real_len: np.ndarray,
-    batch_size: int,
-    rng: np.random.Generator,
-    bucket: bool,
-    target_mask: np.ndarray | None = None,
-    multiple: int = 8,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Split (N, block_size) example ids into shifted (x, y) batches, optionally length-bucketed and cropped.
-
-    target_mask (N, block_size), if given, is True where s[p] is a trained target.
-    """
-    targets = ids if target_mask is None else np.where(target_mask, ids, 0)
-    n = len(ids)
-    # A stable sort of an already shuffled order keeps the ties random.
-    order = np.argsort(real_len, kind="stable") if bucket else np.arange(n)
-    starts = list(range(0, n, batch_size))
-    if bucket:
-        rng.shuffle(starts)
-    for s in starts:
-        idx = order[s : s + batch_size]
-        # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
-        # Rounded up to a multiple of 8: 16 tensor shapes instead of ~110 keep the CPU allocator
-        # from fragmenting: without it memory grew every step and steps slowed (bench/RESEARCH.md).
-        width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // multiple) * multiple)
-        x = torch.from_numpy(ids[idx, :width])
-        y = torch.from_numpy(targets[idx, 1 : width + 1])
-        yield x, y

@@ -28,13 +28,11 @@ def greedy_decode_batch(
 ) -> list[list[int]]:
     """Greedy continuation of many prompts of different lengths at once.
 
-    next_logits(tokens (b, W), lengths (b,), kept) -> logits (b, V): the
-    prediction for position lengths[i] of each row, whose first lengths[i]
-    tokens are tokens[i, :lengths[i]] (right-padded); `kept` is None on the
-    first call, afterwards the indices of the previous call's rows that are
-    still decoding (so a cache can drop the finished ones). Each row stops
-    after `stop_id` is produced, after max_new tokens, or at block_size.
-    Returns the generated ids of each row.
+    next_logits(tokens (b, W), lengths (b,), kept) -> logits (b, V): the prediction for position lengths[i] of each row,
+    whose first lengths[i] tokens are tokens[i, :lengths[i]] (right-padded); `kept` is None on the first call,
+    afterwards the indices of the previous call's rows that are still decoding (so a cache can drop the finished ones).
+    Each row stops after `stop_id` is produced, after max_new tokens, or at block_size. Returns the generated ids of
+    each row.
     """
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
     limit = torch.clamp(lengths + max_new, max=block_size)
@@ -62,10 +60,9 @@ DECODE_TOKENS = 4096  # and at most this many prompt positions (rows x longest p
 def decode_batches(lengths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
     """Split prompts of these lengths into batches of similar length, shortest first.
 
-    Returns lists of indices into `lengths`: each batch holds at most max_rows
-    prompts and, unless it is a single prompt, at most max_tokens positions
-    counted as rows x its longest prompt, so a few long questions do not pad
-    a whole batch to their length.
+    Returns lists of indices into `lengths`: each batch holds at most max_rows prompts and, unless it is a single
+    prompt, at most max_tokens positions counted as rows x its longest prompt, so a few long questions do not pad a
+    whole batch to their length.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     batches = []
@@ -109,10 +106,9 @@ def shared_prefix_length(tokens: torch.Tensor, lengths: torch.Tensor) -> int:
 def next_logits_fn(model: GPT):
     """next_logits for greedy_decode_batch, with KV caches (every variant: see GPT.new_caches).
 
-    Dropping a finished row from the caches copies every other row's keys and
-    values, so rows stay in the caches after they finish, decoding a PAD at
-    position 0 (one cheap position, never read), until half the cached rows
-    have finished: the caches are then copied once, keeping the rows still going.
+    Dropping a finished row from the caches copies every other row's keys and values, so rows stay in the caches after
+    they finish, decoding a PAD at position 0 (one cheap position, never read), until half the cached rows have
+    finished: the caches are then copied once, keeping the rows still going.
     """
     caches = model.new_caches()
     slots = torch.empty(0, dtype=torch.long)  # the cache row of each row still decoding

@@ -1,10 +1,9 @@
-"""The GPT in the course's three variants: vanilla (a stack of causal blocks
-over a learned position table), perceiver (the 2023 handout: the middle blocks
-run on a short learned bottleneck) and rope (the 2024 handout: no position
-table; rotary embeddings turn queries and keys by their positions).
+"""The GPT in the course's three variants: vanilla (a stack of causal blocks over a learned position table), perceiver
+(the 2023 handout: the middle blocks run on a short learned bottleneck) and rope (the 2024 handout: no position table;
+rotary embeddings turn queries and keys by their positions).
 
-Names of modules and parameters follow the course handout exactly, so a
-`state_dict` saved here loads strictly into the handout model and back.
+Names of modules and parameters follow the course handout exactly, so a `state_dict` saved here loads strictly into the
+handout model and back.
 """
 
 from __future__ import annotations
@@ -41,9 +40,13 @@ class GPTConfig:
             raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
 
 
-def mlp(config: GPTConfig) -> nn.Sequential:
-    """Position-wise GELU MLP of width 4 * n_embd (indices 0 and 2 are the handout's names)."""
-    return nn.Sequential(
+def add_sublayers(block: nn.Module, config: GPTConfig, attn_class: type, length: int, **options: bool) -> None:
+    """Give `block` the handout's sublayers, in its order: ln1, ln2, attn (`attn_class` over `length` positions)
+    and mlp, a position-wise GELU MLP of width 4 * n_embd (indices 0 and 2 are the handout's names)."""
+    block.ln1 = nn.LayerNorm(config.n_embd)
+    block.ln2 = nn.LayerNorm(config.n_embd)
+    block.attn = attn_class(config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, **options)
+    block.mlp = nn.Sequential(
         nn.Linear(config.n_embd, 4 * config.n_embd),
         nn.GELU(),
         nn.Linear(4 * config.n_embd, config.n_embd),
@@ -56,12 +59,7 @@ class Block(nn.Module):
 
     def __init__(self, config: GPTConfig, length: int):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalSelfAttention(
-            config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, rope=config.variant == "rope"
-        )
-        self.mlp = mlp(config)
+        add_sublayers(self, config, CausalSelfAttention, length, rope=config.variant == "rope")
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), cache)
@@ -71,15 +69,14 @@ class Block(nn.Module):
 class DownProjectBlock(nn.Module):
     """Cross-attention from a learned basis C (1, m, C) onto the input: (B, T, C) -> (B, min(m, T), C).
 
-    As the handout writes it: x = C + attn(keys and values from x_input, queries
-    from ln1(C)), then x + mlp(ln2(x)). The input itself is not normalised here.
+    As the handout writes it: x = C + attn(keys and values from x_input, queries from ln1(C)), then x + mlp(ln2(x)). The
+    input itself is not normalised here.
 
-    Bottleneck position i attends to input positions <= i (the causal rule kept
-    across lengths), so no output ever depends on a later input token.
+    Bottleneck position i attends to input positions <= i (the causal rule kept across lengths), so no output ever
+    depends on a later input token.
 
-    An input shorter than m (T < m) gets only the first T bottleneck positions:
-    the up-projection lets output t read bottleneck positions <= t < T only, so
-    the others cannot change any output (tested against the handout's, which
+    An input shorter than m (T < m) gets only the first T bottleneck positions: the up-projection lets output t read
+    bottleneck positions <= t < T only, so the others cannot change any output (tested against the handout's, which
     computes all m: bench/course.py).
     """
 
@@ -87,12 +84,7 @@ class DownProjectBlock(nn.Module):
         super().__init__()
         self.C = nn.Parameter(torch.empty(1, config.bottleneck_dim, config.n_embd))
         nn.init.xavier_uniform_(self.C)
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalCrossAttention(
-            config.n_embd, config.n_head, config.block_size, config.attn_pdrop, config.resid_pdrop
-        )
-        self.mlp = mlp(config)
+        add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
     def forward(self, x_input: torch.Tensor) -> torch.Tensor:
         m = min(self.C.size(1), x_input.size(1))
@@ -103,9 +95,8 @@ class DownProjectBlock(nn.Module):
     def forward_cached(self, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Decoding: new inputs (B, T, C) at positions (B, T) -> their bottleneck entries (B, T, C).
 
-        Input position p < m brings bottleneck position p (which sees inputs
-        <= p, all known now); earlier bottleneck positions cannot change. An
-        input past m brings none: its entry here is computed but never used.
+        Input position p < m brings bottleneck position p (which sees inputs <= p, all known now); earlier bottleneck
+        positions cannot change. An input past m brings none: its entry here is computed but never used.
         """
         at = positions.clamp(max=self.C.size(1) - 1)
         C = self.C[0][at]  # (B, T, C)
@@ -116,19 +107,13 @@ class DownProjectBlock(nn.Module):
 class UpProjectBlock(nn.Module):
     """Cross-attention from the input positions onto the bottleneck: (B, m, C), (B, T, C) -> (B, T, C).
 
-    As the handout writes it: x = x_input + attn(keys and values from ln1(y),
-    queries from x_input), then x + mlp(ln2(x)). Input position i attends to
-    bottleneck positions <= i.
+    As the handout writes it: x = x_input + attn(keys and values from ln1(y), queries from x_input), then x +
+    mlp(ln2(x)). Input position i attends to bottleneck positions <= i.
     """
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalCrossAttention(
-            config.n_embd, config.n_head, config.block_size, config.attn_pdrop, config.resid_pdrop
-        )
-        self.mlp = mlp(config)
+        add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
     def forward(self, y: torch.Tensor, x_input: torch.Tensor) -> torch.Tensor:
         x = x_input + self.attn(self.ln1(y), x_input)
@@ -145,10 +130,9 @@ class UpProjectBlock(nn.Module):
 class GPT(nn.Module):
     """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
 
-    The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to
-    block_size; a shorter T computes the same logits for its positions. With
-    `caches` (from new_caches) idx holds the next T tokens of each row, placed
-    after that row's cached positions (fast greedy decoding, every variant).
+    The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to block_size; a shorter T computes the same
+    logits for its positions. With `caches` (from new_caches) idx holds the next T tokens of each row, placed after that
+    row's cached positions (fast greedy decoding, every variant).
     """
 
     def __init__(self, config: GPTConfig):

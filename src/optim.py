@@ -126,13 +126,11 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     """AdamW, the handout's optimizer (config.optimizer "adamw"), or Muon for the hidden layers'
     matmul weights and that AdamW for the rest ("muon"); weight decay as config.decay says.
 
-    The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases,
-    LayerNorm parameters, the token embedding table, the position table and the perceiver's
-    learned basis do not (they are looked up or added, not multiplied, so shrinking them
-    towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes
-    every nn.Linear weight except the output layer `head`, which, like the embeddings, stays
-    with AdamW as Muon's authors advise.
-    Frozen parameters (requires_grad False) are in neither.
+    The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases, LayerNorm parameters, the
+    token embedding table, the position table and the perceiver's learned basis do not (they are looked up or added, not
+    multiplied, so shrinking them towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon
+    takes every nn.Linear weight except the output layer `head`, which, like the embeddings, stays with AdamW as Muon's
+    authors advise. Frozen parameters (requires_grad False) are in neither.
     """
     linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are

@@ -365,13 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = resolved_config(argv)
         check_args(config)  # a bad value is a UserError
+        run(config, command)
     except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
         return int(e.code or 0)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        run(config, command)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -351,11 +351,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def file_sha256(path: str | Path) -> str:
     """SHA-256 of a file's bytes, in hex."""
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def provenance(device: torch.device) -> dict:
