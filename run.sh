@@ -11,7 +11,7 @@
 # Without a GPU the recipe is --preset cpu and the run is planned to TOTAL_MINUTES by measuring this
 # machine: the steps that do not pretrain run first and are timed, and each pretraining gets an equal
 # share of what is left (--budget_minutes), into which it plans its epochs at the pace it measures.
-# With a GPU the recipe is the handout's (minutes per variant there).
+# With a GPU the recipe is the handout's; once the first variant is done, the run says how long the rest takes.
 #
 # Settings (environment): TOTAL_MINUTES (120), PRESET (cpu; handout with a GPU), VARIANTS
 # ("vanilla perceiver rope" when unset; words on any whitespace), SEED (0), PRETRAIN_EPOCHS,
@@ -182,7 +182,7 @@ answer_with() {
 }
 
 for variant in "${VARIANT_LIST[@]}"; do
-  flags=""
+  flags="" cycle_start=$SECONDS
   [ "$variant" = perceiver ] && flags="--bottleneck_dim $BOTTLENECK"
   timed ${variant}_pretrain $RUN pretrain $variant wiki.txt --writing_params_path "$OUT_DIR/$variant.pretrain.params" \
     $PRE_FLAGS $BUDGET_FLAGS $flags $COMMON
@@ -190,6 +190,11 @@ for variant in "${VARIANT_LIST[@]}"; do
   # pretrained params answers from what they recite about each person (src/recite.py).
   answer_with finetune finetune pretrain
   answer_with reader reader recite --recite
+  if [ -z "${PLANNED_MINUTES:-}" ]; then  # no plan (the handout's recipe): the first variant's steps time the rest
+    PLANNED_MINUTES=$(awk -v e="$((SECONDS - START))" -v c="$((SECONDS - cycle_start))" -v n="${#VARIANT_LIST[@]}" \
+      'BEGIN { printf "%.0f", (e + c * (n - 1)) / 60 }')
+    echo "run.sh: at the pace of $variant's steps the whole run takes about $PLANNED_MINUTES minutes"
+  fi
 done
 
 if [ "${#VARIANT_LIST[@]}" -gt 1 ]; then  # each question answered by the variant most confident of its answer
