@@ -1,6 +1,5 @@
-"""evaluate and ask: greedy answers to questions, scored by the model's confidence; an ensemble
-takes each question's most confident answer; a recite reader reads the recitation of its
-pretrained params."""
+"""evaluate and ask: greedy answers to questions, scored by the model's confidence; an ensemble takes each question's
+most confident answer; a recite reader reads the recitation of its pretrained params."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """Attention: the maths in one place.
 
-`attend` is PyTorch's `scaled_dot_product_attention` on CUDA (the kernel that `CUDA_ATTENTION_KERNELS`
-allows) and the plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it was measured
-(bench/RESEARCH.md, "Engineering"). `dropout` is PyTorch's own on CUDA and cheaper random bits on CPU. The
-handout's plain versions of both are in bench/course.py, which the tests and the speed benchmark compare against.
+`attend` is PyTorch's `scaled_dot_product_attention` on CUDA (the kernel that `CUDA_ATTENTION_KERNELS` allows) and the
+plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it was measured (bench/RESEARCH.md,
+"Engineering"). `dropout` is PyTorch's own on CUDA and cheaper random bits on CPU. The handout's plain versions of both
+are in bench/course.py, which the tests and the speed benchmark compare against.
 
-The modules below add the learned projections. Their parameter names (`key`,
-`query`, `value`, `proj`) and the persistent `mask` buffer match the course
-handout, so its params files load strictly in both directions.
+The modules below add the learned projections. Their parameter names (`key`, `query`, `value`, `proj`) and the
+persistent `mask` buffer match the course handout, so its params files load strictly in both directions.
 """
 
 from __future__ import annotations
@@ -19,21 +18,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# Which of scaled_dot_product_attention's kernels CUDA may use: the math kernel only,
-# which computes bf16 inputs in fp32. Under bf16 autocast cuDNN's kernel (PyTorch's first
-# choice on Hopper) gave NaN gradients with a mask, and the memory-efficient kernel's
-# gradients were wrong enough that the handout's pretraining stalled; the math kernel
-# trained as fp32 does, and at this model's size no kernel is faster than another, since
-# the GPU waits on kernel launches (bench/RESEARCH.md, "GPU kernels").
+# Which of scaled_dot_product_attention's kernels CUDA may use: the math kernel only, which computes bf16 inputs in
+# fp32. Under bf16 autocast cuDNN's kernel (PyTorch's first choice on Hopper) gave NaN gradients with a mask, and the
+# memory-efficient kernel's gradients were wrong enough that the handout's pretraining stalled; the math kernel trained
+# as fp32 does, and at this model's size no kernel is faster than another, since the GPU waits on kernel launches
+# (bench/RESEARCH.md, "GPU kernels").
 CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 
 
 def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
 ) -> torch.Tensor:
     """Scaled dot-product attention.
 
@@ -118,9 +112,8 @@ def causal_mask(size: int) -> torch.Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with learned projections, no built-in mask.
 
-    forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask bool broadcastable to
-    (B, nh, Tq, Tk) or None) -> (B, Tq, C). Used directly by the AddSub
-    encoder-decoder; the GPT uses the causal subclasses below.
+    forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask bool broadcastable to (B, nh, Tq, Tk) or None) -> (B, Tq, C). Used
+    directly by the AddSub encoder-decoder; the GPT uses the causal subclasses below.
     """
 
     def __init__(self, n_embd: int, n_head: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
@@ -216,9 +209,8 @@ class CausalSelfAttention(MultiHeadAttention):
 class CausalCrossAttention(MultiHeadAttention):
     """Cross-attention that keeps the causal rule: query i sees keys j <= i.
 
-    forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C). Used by the
-    perceiver's down-projection (queries: the learned basis) and up-projection
-    (queries: the input positions). The argument order follows the handout.
+    forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C). Used by the perceiver's down-projection (queries: the
+    learned basis) and up-projection (queries: the input positions). The argument order follows the handout.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):

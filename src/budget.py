@@ -1,10 +1,9 @@
 """What a run's time buys: the Pace, attached to the Trainer as callbacks that read its TrainState.
 
-It says early what the run will cost, and after the first whole epoch how long the rest takes.
-With a budget it stops the run once the budget is spent or, with `fit`, plans the run to the
-budget after every whole epoch, from the pace measured, so that the cosine ends annealed as the
-budget ends, even when other work slows the machine down or stops doing so. `attach` adds the
-thread choice (machine.ThreadChooser) to a planned CPU run.
+It says early what the run will cost, and after the first whole epoch how long the rest takes. With a budget it stops
+the run once the budget is spent or, with `fit`, plans the run to the budget after every whole epoch, from the pace
+measured, so that the cosine ends annealed as the budget ends, even when other work slows the machine down or stops
+doing so. `attach` adds the thread choice (machine.ThreadChooser) to a planned CPU run.
 """
 
 from __future__ import annotations

@@ -83,15 +83,14 @@ def score_answers(
     for i in range(0, len(rows), chunk):
         batch, first = rows[i : i + chunk], starts[i : i + chunk]
         width = max(len(r) for r in batch) - 1
-        x = torch.zeros(len(batch), width, dtype=torch.long)  # inputs, PAD-padded
-        y = torch.zeros(len(batch), width, dtype=torch.long)  # next tokens
+        seqs = torch.zeros(len(batch), width + 1, dtype=torch.long)  # PAD-padded: inputs [:, :-1], next tokens [:, 1:]
         scored = torch.zeros(len(batch), width, dtype=torch.bool)
         for j, (r, s) in enumerate(zip(batch, first, strict=True)):
-            x[j, : len(r) - 1] = torch.tensor(r[:-1])
-            y[j, : len(r) - 1] = torch.tensor(r[1:])
+            seqs[j, : len(r)] = torch.tensor(r)
             scored[j, s - 1 : len(r) - 1] = True  # position p predicts token p + 1
-        logits, _ = model(x.to(device))  # (B, T, V)
-        logp = F.log_softmax(logits.float(), dim=-1).gather(-1, y.to(device).unsqueeze(-1)).squeeze(-1)  # (B, T)
+        seqs = seqs.to(device)
+        logits, _ = model(seqs[:, :-1])  # (B, T, V)
+        logp = F.log_softmax(logits.float(), dim=-1).gather(-1, seqs[:, 1:, None]).squeeze(-1)  # (B, T)
         scored = scored.to(device)
         total = torch.where(scored, logp, 0.0).sum(dim=1).tolist()
         count = scored.sum(dim=1).tolist()
@@ -263,7 +262,6 @@ def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[Answer
 
 
 def most_confident(candidates: Sequence[Sequence[AnswerScore]]) -> list[AnswerScore]:
-    """The ensemble's answers: for each question, the candidate its own model gave the highest mean
-    log-probability per character. candidates[m][i] is model m's answer to question i; ties go to
-    the earlier model."""
+    """The ensemble's answers: for each question, the candidate its own model gave the highest mean log-probability per
+    character. candidates[m][i] is model m's answer to question i; ties go to the earlier model."""
     return [max(options, key=lambda s: s.mean_logprob) for options in zip(*candidates, strict=True)]

@@ -204,12 +204,11 @@ def pretrain_budget_minutes(
     nopretrain_epochs: int | None = None,
     finetune_epochs: int | None = None,
 ) -> tuple[float, float]:
-    """run.sh with the cpu preset: (the minutes each of `variants` may pretrain, the minutes of every other
-    step). Each pretraining gets an equal share, at least a minute, of what is left of total_minutes once
-    the other steps are set aside: those done (used_seconds) and those to come, estimated from two steps
-    just timed on this machine: the finetune from scratch (nopretrain_seconds for nopretrain_epochs of
-    question examples) and one dev evaluation (dev_seconds). finetune_epochs: the finetunes' after
-    pretraining; None: the preset's."""
+    """run.sh with the cpu preset: (the minutes each of `variants` may pretrain, the minutes of every other step). Each
+    pretraining gets an equal share, at least a minute, of what is left of total_minutes once the other steps are set
+    aside: those done (used_seconds) and those to come, estimated from two steps just timed on this machine: the
+    finetune from scratch (nopretrain_seconds for nopretrain_epochs of question examples) and one dev evaluation
+    (dev_seconds). finetune_epochs: the finetunes' after pretraining; None: the preset's."""
     epoch = nopretrain_seconds / (nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs"))
     finetune_pretrained, reader = (finetune_epochs or preset_value("cpu", p, "max_epochs") for p in
                                    ("finetune_pretrained", "reader"))  # fmt: skip
@@ -227,30 +226,22 @@ def pretrain_budget_minutes(
 def trainer_config(
     args: RunConfig, pretrain_len: int, train_len: int, example_length: int, machine: dict
 ) -> TrainerConfig:
-    """The loop's settings for this command (see resolve) on a machine that chose `machine`
-    (machine.choose: its precision and micro-batch rows). pretrain_len: documents in the pretraining
-    corpus; train_len: examples per epoch of the data trained on now; example_length: positions per
-    example of that data, as the trainer counts tokens."""
+    """The loop's settings for this command (see resolve) on a machine that chose `machine` (machine.choose: its
+    precision and micro-batch rows). pretrain_len: documents in the pretraining corpus; train_len: examples per epoch of
+    the data trained on now; example_length: positions per example of that data, as the trainer counts tokens."""
     if args.schedule == "run":  # the cosine spans exactly this run's epochs (planned to the budget)
         final_tokens = args.max_epochs * train_len * example_length
     else:  # the handout's: final_tokens fixed by the pretraining corpus, the cosine uncapped
         final_tokens = 200 * pretrain_len * BLOCK_SIZE
+    same = ("max_epochs", "batch_size", "max_steps", "order", "decay", "optimizer", "seed", "ckpt_every", "compile")
     return TrainerConfig(
-        max_epochs=args.max_epochs,
-        batch_size=args.batch_size,
+        **{name: getattr(args, name) for name in same},  # the settings of the same name
         learning_rate=args.pretrain_lr if args.function == "pretrain" else args.finetune_lr,
         final_tokens=final_tokens,
         cosine_cap=args.schedule == "run",
-        max_steps=args.max_steps,
-        order=args.order,
         micro_batch=machine["micro_batch"] if args.order == "file" else 0,  # a bucketed batch is cropped whole
-        decay=args.decay,
         bf16=machine["precision"] == "bf16",
-        optimizer=args.optimizer,
-        seed=args.seed,
         ckpt_path=f"{args.writing_params_path}.ckpt",
-        ckpt_every=args.ckpt_every,
-        compile=args.compile,
     )
 
 

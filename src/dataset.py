@@ -1,9 +1,8 @@
 """Data: the character vocabulary, the span-corruption pretraining set and the birth-place question set.
 
-Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`), which the handout's training
-loop (bench/course.py) feeds through a `DataLoader`. The trainer instead asks for a whole epoch of batches
-at once (`epoch_batches`): built with numpy in one go, grouped by length and cropped so that no compute is
-spent on padding.
+Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`), which the handout's training loop
+(bench/course.py) feeds through a `DataLoader`. The trainer instead asks for a whole epoch of batches at once
+(`epoch_batches`): built with numpy in one go, grouped by length and cropped so that no compute is spent on padding.
 """
 
 from __future__ import annotations
@@ -156,10 +155,9 @@ class CharCorruptionDataset(BatchedDataset):
     def corrupted_ids(self, doc_index: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """The handout's span corruption of the documents doc_index (N,), all at once.
 
-        Each document is cut to a random length L in 4..7/8 of the block; a span of random length
-        m in 1..L/2-1 starting at a random a is moved to the end: `prefix MASK suffix MASK span`,
-        then PAD. Returns (ids (N, block_size), real_len (N,)): the examples and how
-        many characters of each are not PAD.
+        Each document is cut to a random length L in 4..7/8 of the block; a span of random length m in 1..L/2-1 starting
+        at a random a is moved to the end: `prefix MASK suffix MASK span`, then PAD. Returns (ids (N, block_size),
+        real_len (N,)): the examples and how many characters of each are not PAD.
         """
         n = len(doc_index)
         L = np.minimum(self.doc_lengths[doc_index], rng.integers(4, max_truncated_len(self.block_size) + 1, n))
@@ -232,8 +230,7 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
 def score_places(questions: list[Question], predictions: list[str]) -> tuple[int, int]:
     """(total, correct) of predictions (one per question) against the questions' gold places.
 
-    Questions without a place count as zero, as in the handout: a test-inputs
-    file scores (0, 0).
+    Questions without a place count as zero, as in the handout: a test-inputs file scores (0, 0).
     """
     if len(questions) != len(predictions):
         raise UserError(f"{len(questions)} questions but {len(predictions)} predictions")

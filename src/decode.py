@@ -82,16 +82,15 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.d
     model.eval()
     block, mask_id = model.get_block_size(), vocab.stoi[MASK_CHAR]
     encoded = [vocab.encode(q + MASK_CHAR) for q in questions]
-    answers: list[list[int]] = [[] for _ in encoded]
+    answers: dict[int, list[int]] = {}  # by question
     batches = decode_batches([len(e) for e in encoded], DECODE_BATCH, DECODE_TOKENS)
     for rows in tqdm(batches, desc="decoding", leave=False):
         batch = [encoded[i] for i in rows]
         next_logits = copying(next_logits_fn(model), batch, mask_id) if copy else next_logits_fn(model)
         decoded = greedy_decode_batch(next_logits, batch, MAX_ANSWER_CHARS, mask_id, block, device)
-        for i, answer in zip(rows, decoded, strict=True):
-            answers[i] = answer
+        answers.update(zip(rows, decoded, strict=True))
     # A newline inside an answer would break the one-line-per-input predictions file.
-    return [vocab.decode(a).split(MASK_CHAR)[0].replace("\n", " ") for a in answers]
+    return [vocab.decode(answers[i]).split(MASK_CHAR)[0].replace("\n", " ") for i in range(len(encoded))]
 
 
 def shared_prefix_length(tokens: torch.Tensor, lengths: torch.Tensor) -> int:

@@ -1,12 +1,8 @@
-"""Machine policy: the choices made by measuring the machine a run is on, in one place.
-
-- `pick_device`: cuda if there is one, else cpu.
-- `measured(device)`: precision and micro-batches, timed on the model's own matmul shapes (torch calls
-  bf16 "supported" on CPUs that only emulate it, several times slower than fp32; micro-batches are free on
-  a CPU, kernel launches multiplied on a GPU); once per machine, cached under the user's cache folder.
-- `ThreadChooser`: keeps a long CPU run at the faster of all threads and half of them, measured
-  as it trains, because another process holding a core makes a step spread over every core wait.
-The trainer receives the decisions (TrainerConfig.bf16 and micro_batch), and flags override them.
+"""Machine policy: the choices made by measuring the machine a run is on, in one place: the device (`pick_device`),
+the precision and micro-batches (`measured`: torch calls bf16 "supported" on CPUs that only emulate it, several times
+slower than fp32; micro-batches are free on a CPU, kernel launches multiplied on a GPU) and a long CPU run's threads
+(`ThreadChooser`: another process holding a core makes a step spread over every core wait). The trainer receives the
+decisions (TrainerConfig.bf16 and micro_batch), and flags override them.
 """
 
 from __future__ import annotations
@@ -56,9 +52,8 @@ SPLIT_LIMIT = 1.5  # micro-batches only where the same work in PROBE_PARTS parts
 
 @dataclass(frozen=True)
 class Measured:
-    """What `measured` found: GFLOP/s of the probe in each precision, the time of the probe in
-    PROBE_PARTS parts over the time in one (in fp32: the overhead of more, smaller calls), and when
-    and how it was found."""
+    """What `measured` found: GFLOP/s of the probe in each precision, the time of the probe in PROBE_PARTS parts over
+    the time in one (in fp32: the overhead of more, smaller calls), and when and how it was found."""
 
     bf16_gflops: float
     fp32_gflops: float
@@ -88,24 +83,22 @@ def measure(device: torch.device) -> Measured:
     x, w1, w2 = (torch.randn(*s, generator=g).div(s[0] ** 0.5).to(device).requires_grad_() for s in
                  ((rows, WIDTH), (WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)))  # fmt: skip
 
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+
     def seconds(bf16: bool, parts: int) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for part in x.split(rows // parts):
             with autocast(device, bf16):
                 y = torch.relu(part @ w1) @ w2
             y.float().square().mean().backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        sync()
         return time.perf_counter() - t0
 
+    probes = ((False, 1), (True, 1), (False, PROBE_PARTS))  # (bf16, parts): fp32, bf16, fp32 in parts
     best, start, rounds = [math.inf] * 3, time.perf_counter(), 0
     while rounds < 3 or time.perf_counter() - start < PROBE_SECONDS:
-        best = [
-            min(b, seconds(bf16, parts))
-            for b, (bf16, parts) in zip(best, ((False, 1), (True, 1), (False, PROBE_PARTS)))
-        ]
+        best = [min(b, seconds(*probe)) for b, probe in zip(best, probes)]
         rounds += 1
     torch.set_num_threads(threads)
     flops = 3 * 2 * 2 * rows * WIDTH * 4 * WIDTH  # two matmuls, forward and backward (twice the forward's)
@@ -193,8 +186,7 @@ class ThreadChooser:
         self.try_ratios: list[float] = []  # the running try's steps against `latest`
         self.pace_ratios: list[float] = []  # the latest home steps against `confirmed`
         self.tried_steps = 0
-        self.interval = TRY_EVERY
-        self.next_try = TRY_EVERY
+        self.interval = self.next_try = TRY_EVERY
         self.warming = False  # the first step after a change starts the threads: not timed
         self.switches = 0
 

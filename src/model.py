@@ -168,10 +168,7 @@ class GPT(nn.Module):
         return self.config.block_size
 
     def forward(
-        self,
-        idx: torch.Tensor,
-        targets: torch.Tensor | None = None,
-        caches: list[KVCache] | None = None,
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, caches: list[KVCache] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t = idx.size()
         x = self.tok_emb(idx)  # (B, T, C)

@@ -1,8 +1,7 @@
 """Optimizers: the handout's AdamW with its weight-decay rule, and Muon for the blocks' matrices.
 
-`make_optimizer` builds what the trainer steps: AdamW alone (the handout's), or
-Muon for the hidden layers' weight matrices with AdamW for the rest (the CPU
-recipe: it stored facts faster per epoch; see bench/RESEARCH.md).
+`make_optimizer` builds what the trainer steps: AdamW alone (the handout's), or Muon for the hidden layers' weight
+matrices with AdamW for the rest (the CPU recipe: it stored facts faster per epoch; see bench/RESEARCH.md).
 """
 
 from __future__ import annotations
@@ -62,22 +61,20 @@ def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum whose update is
-    orthogonalised (see `orthogonalize`), so that every direction of the matrix moves by the same
-    amount, rare ones included. The update is scaled by 0.2·sqrt(max(rows, cols)), which gives it the
-    RMS of a typical AdamW step (Liu et al., 2025, "Muon is Scalable for LLM Training"), so AdamW's
-    learning rate and decoupled weight decay carry over unchanged.
+    """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum whose update is orthogonalised (see
+    `orthogonalize`), so that every direction of the matrix moves by the same amount, rare ones included. The update is
+    scaled by 0.2·sqrt(max(rows, cols)), which gives it the RMS of a typical AdamW step (Liu et al., 2025, "Muon is
+    Scalable for LLM Training"), so AdamW's learning rate and decoupled weight decay carry over unchanged.
 
-    torch.optim.Muon computes the iteration in bf16 whatever the hardware, which is many times slower
-    on a CPU without native bf16 than this fp32 version (bench/RESEARCH.md).
-    spectral=True computes the same iteration with `orthogonalize_spectral` (on a CPU in fp32).
+    torch.optim.Muon computes the iteration in bf16 whatever the hardware, which is many times slower on a CPU without
+    native bf16 than this fp32 version (bench/RESEARCH.md). spectral=True computes the same iteration with
+    `orthogonalize_spectral` (on a CPU in fp32).
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
                  momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False):  # fmt: skip
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
-        self.ns_dtype = ns_dtype
-        self.spectral = spectral
+        self.ns_dtype, self.spectral = ns_dtype, spectral
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:

@@ -1,7 +1,6 @@
-"""Params files: a plain state_dict (loadable by the handout's model) and a JSON sidecar
-beside it that says what model it fits and the SHA-256 of the params' bytes; loading checks
-both and refuses any other model in one line. AddSub and the demo save their params the
-same way (save_with_sidecar, load_verified)."""
+"""Params files: a plain state_dict (loadable by the handout's model) and a JSON sidecar beside it that says what model
+it fits and the SHA-256 of the params' bytes; loading checks both and refuses any other model in one line. AddSub and
+the demo save their params the same way (save_with_sidecar, load_verified)."""
 
 from __future__ import annotations
 

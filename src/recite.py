@@ -1,24 +1,21 @@
 """Recite, then answer: the second protocol for "Where was X born?".
 
-The handout's protocol (direct) asks the finetuned model the question and reads
-the place after a MASK. Here an answer takes two steps, and the facts still come
-only from the pretrained parameters, closed book:
+The handout's protocol (direct) asks the finetuned model the question and reads the place after a MASK. Here an answer
+takes two steps, and the facts still come only from the pretrained parameters, closed book:
 
-1. recite: the pretrained model continues "X." (how X's biography starts in
-   the pretraining corpus) greedily, for `recite_chars` characters in all, never
-   writing MASK or PAD (span corruption taught it to close a document with a
+1. recite: the pretrained model continues "X." (how X's biography starts in the pretraining corpus) greedily, for
+   `recite_chars` characters in all, never writing MASK or PAD (span corruption taught it to close a document with a
    MASK at any point, which would end the recollection);
-2. read: a reader, finetuned from the same pretrained params on the training
-   people's own recitations that hold their place ("recitation MASK place MASK",
-   loss on the answer only), reads the place out of the recitation: its greedy
-   answer is constrained to a span of the recitation (decode.copying), which
-   leaves every answer that already is a span unchanged.
+2. read: a reader, finetuned from the same pretrained params on the training people's own recitations that hold their
+   place ("recitation MASK place MASK", loss on the answer only), reads the place out of the recitation: its greedy
+   answer is constrained to a span of the recitation (decode.copying), which leaves every answer that already is a span
+   unchanged.
 
-No dev place is seen at any step. After "Recitation-Augmented Language Models"
-(Sun et al., ICLR 2023); the evidence is in bench/RESEARCH.md.
+No dev place is seen at any step. After "Recitation-Augmented Language Models" (Sun et al., ICLR 2023); the evidence is
+in bench/RESEARCH.md.
 
-`evaluate` and `ask` recite first whenever they read a reader (its sidecar links
-its pretrained params: link_to_pretrained, linked_pretrained).
+`evaluate` and `ask` recite first whenever they read a reader (its sidecar links its pretrained params:
+link_to_pretrained, linked_pretrained).
 """
 
 from __future__ import annotations
@@ -90,9 +87,8 @@ def place_in_recitation(questions: list[Question], recitations: list[str]) -> fl
 
 
 def link_to_pretrained(reader_path: str | Path, pretrained_path: str | Path, chars: int) -> dict:
-    """The sidecar fields of a reader that recites with `pretrained_path`: the protocol, the recitation
-    length, and the pretrained params' path (relative to the reader's folder, so the two move together)
-    and SHA-256."""
+    """The sidecar fields of a reader that recites with `pretrained_path`: the protocol, the recitation length, and the
+    pretrained params' path (relative to the reader's folder, so the two move together) and SHA-256."""
     relative = os.path.relpath(Path(pretrained_path).resolve(), Path(reader_path).resolve().parent)
     return {
         "protocol": "recite",
@@ -117,10 +113,9 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
 def reader_dataset(
     corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device, most: int | None = None
 ) -> tuple[NameDataset, dict]:
-    """finetune --recite: the training questions of `path` (the first `most` of them, when given) with the
-    recitations (`chars` characters) of `model`, which holds the pretrained params now and becomes the reader,
-    in place of their text; and what the reader's sidecar records of them (people, recitations kept, share
-    holding the place, seconds)."""
+    """finetune --recite: the training questions of `path` (the first `most` of them, when given) with the recitations
+    (`chars` characters) of `model`, which holds the pretrained params now and becomes the reader, in place of their
+    text; and what the reader's sidecar records of them (people, recitations kept, share holding the place, seconds)."""
     questions = [q for q in read_questions(path, require_place=True) if q is not None]
     if most is not None and most < len(questions):
         print(f"--max_steps: reciting only the first {most} of {len(questions)} training people, as many as it trains")

@@ -368,11 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         run(config, command)
     except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
         return int(e.code or 0)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except FloatingPointError as e:  # the trainer's: every later step would diverge too; nothing was saved
-        print(f"error: {e}: lower the learning rate", file=sys.stderr)
+    except (UserError, FloatingPointError) as e:  # the trainer's FloatingPointError: every later step would diverge too
+        advice = ": lower the learning rate" if isinstance(e, FloatingPointError) else ""  # nothing was saved
+        print(f"error: {e}{advice}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:
         resume = command if "--resume" in argv else f"{command} --resume"

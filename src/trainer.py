@@ -1,7 +1,6 @@
-"""The training loop, in minGPT's shape: any model whose forward returns (logits, loss), any
-dataset that batches itself. Machine policy (a time budget's plan, the thread count) attaches
-as callbacks, from budget.py and machine.py, that read and steer the loop's TrainState. The
-handout's plain loop is in bench/course.py, for comparison."""
+"""The training loop, in minGPT's shape: any model whose forward returns (logits, loss), any dataset that batches
+itself. Machine policy (a time budget's plan, the thread count) attaches as callbacks, from budget.py and machine.py,
+that read and steer the loop's TrainState. The handout's plain loop is in bench/course.py, for comparison."""
 
 from __future__ import annotations
 
@@ -115,13 +114,12 @@ class TrainingInterrupted(Exception):
 class Trainer:
     """Trains `model` on `train_dataset` with `config`; `train()` returns the loss of every step.
 
-    The dataset batches itself: `epoch_batches(batch_size, rng, order)` yields (x, y) (B, T).
-    `log(name, value, step)` takes scalars (a TensorBoard writer's add_scalar). Callbacks take the
-    TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the
-    run) and "on_train_end". `saved` (name -> an object with state_dict and load_state_dict) and
-    `extra` travel in the checkpoint, written atomically to `config.ckpt_path` every `ckpt_every`
-    steps and at the end: `resume(ckpt)` continues so that an interrupted run ends as an
-    uninterrupted one would. A non-finite loss raises FloatingPointError before anything is saved.
+    The dataset batches itself: `epoch_batches(batch_size, rng, order)` yields (x, y) (B, T). `log(name, value, step)`
+    takes scalars (a TensorBoard writer's add_scalar). Callbacks take the TrainState at "on_batch_end", "on_epoch_end"
+    (after a whole epoch, or the part that ended the run) and "on_train_end". `saved` (name -> an object with state_dict
+    and load_state_dict) and `extra` travel in the checkpoint, written atomically to `config.ckpt_path` every
+    `ckpt_every` steps and at the end: `resume(ckpt)` continues so that an interrupted run ends as an uninterrupted one
+    would. A non-finite loss raises FloatingPointError before anything is saved.
     """
 
     def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
