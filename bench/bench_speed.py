@@ -49,10 +49,10 @@ def model_for(variant: str, vocab_size: int, device: torch.device = CPU) -> GPT:
     return GPT(cfg).to(device)
 
 
-def handout_step_gflop(variant: str, vocab_size: int, batch: int, device: torch.device, bf16: bool) -> float:
-    """GFLOP of one step as the handout computes it: forward with the loss and backward on (batch, 127) examples."""
+def handout_step_gflop(variant: str, vocab_size: int, batch: int, device: torch.device) -> float:
+    """GFLOP of a handout step, forward with the loss and backward, on (batch, 127) examples; any precision's."""
     x = torch.randint(1, vocab_size, (batch, 127), device=device)
-    return count_flops(model_for(variant, vocab_size, device), x, x, lambda: machine.autocast(device, bf16)) / 1e9
+    return count_flops(model_for(variant, vocab_size, device), x, x) / 1e9
 
 
 def peak_gflops(device: torch.device, bf16: bool) -> float:
@@ -64,13 +64,14 @@ def peak_gflops(device: torch.device, bf16: bool) -> float:
 
 def train_throughput(
     ds: CharCorruptionDataset, variant: str, path: str, steps: int, batch: int, device: torch.device,
-    fp32: bool = False, compile: bool = False, peak: float | None = None,
+    fp32: bool = False, compile: bool = False, gflop: float = 0.0, peak: float = 0.0,
 ) -> dict:  # fmt: skip
     """A row of the results file: `steps` optimizer steps at the handout's settings after warm-up (2 steps;
-    compiled, a whole epoch, which compiles both batch shapes), path "reference" the handout's model and
-    loop (bench/course.py), "fast" run.py's Trainer (`compile`: with --compile), in the precision training
-    would use (machine.choose; fp32 as --fp32 trains). With `peak` (GFLOP/s) also its MFU: the handout's
-    FLOPs of a step (full-width examples) over its time and that peak: past 100% where cropping skipped padding."""
+    compiled, a whole epoch, which compiles both batch shapes), path "reference" the handout's model and loop
+    (bench/course.py), "fast" run.py's Trainer (`compile`: with --compile), in the precision training would use
+    (machine.choose; fp32 as --fp32 trains). With `gflop` (handout_step_gflop) and `peak` (GFLOP/s) also its MFU:
+    the handout's FLOPs of a step (full-width examples) over its time and that peak: past 100% where cropping
+    skipped padding."""
     bf16 = machine.choose(device, fp32, say=False)["precision"] == "bf16"
     model = model_for(variant, ds.vocab_size, device)
     cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, bf16=bf16, compile=compile)
@@ -108,13 +109,9 @@ def train_throughput(
         "real_tokens_per_s": real_tokens / seconds,
         "handout_tokens_per_s": examples * ds.example_length / seconds,
     }
-    if peak:
-        gflop = handout_step_gflop(variant, ds.vocab_size, batch, device, row["bf16"])
-        row |= {
-            "handout_gflop_per_step": gflop,
-            "peak_gflops": peak,
-            "handout_mfu": gflop / row["seconds_per_step"] / peak,
-        }
+    if gflop and peak:
+        mfu = gflop / row["seconds_per_step"] / peak
+        row |= {"handout_gflop_per_step": gflop, "peak_gflops": peak, "handout_mfu": mfu}
     return row
 
 
@@ -217,13 +214,15 @@ def main() -> None:
         peak = {name: peak_gflops(device, name == "bf16") for name in {"fp32", precision}}
         result["train"] = []
         for variant in args.variants:
-            ref = train_throughput(ds, variant, "reference", args.ref_steps, args.batch_size, device, peak=peak["fp32"])
-            f = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, peak=peak[precision])
+            gflop = handout_step_gflop(variant, ds.vocab_size, args.batch_size, device)  # once a variant, every row's
+            common = {"batch": args.batch_size, "device": device, "gflop": gflop}
+            ref = train_throughput(ds, variant, "reference", args.ref_steps, **common, peak=peak["fp32"])
+            f = train_throughput(ds, variant, "fast", args.fast_steps, **common, peak=peak[precision])
             result["train"] += [ref, f]
             # kept apart from the reference/fast pairs the README's table reads
             for name, how in [("fp32", {"fp32": True})] * args.fp32 + [("compiled", {"compile": True})] * args.compile:
                 try:  # a compiler that fails here must not cost the figures already measured
-                    o = train_throughput(ds, variant, "fast", args.fast_steps, args.batch_size, device, **how,
+                    o = train_throughput(ds, variant, "fast", args.fast_steps, **common, **how,
                                          peak=peak["fp32" if name == "fp32" else precision])  # fmt: skip
                 except Exception as e:  # noqa: BLE001
                     print(f"train {variant}, fast path {name}: failed ({type(e).__name__}: {e})"[:500], flush=True)

@@ -328,10 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(device) | ({"precision": "fp32"} if args.fp32 else {})
     print(f"gpu_check on {info.get('gpu', info.get('cpu'))}, torch {info['torch']}, CUDA {info['cuda']}", flush=True)
     speed = {} if args.skip_speed else speed_check(args.workdir, args.tiny, device)
-    bf16 = info["precision"] == "bf16"
-    speed.setdefault("peak_gflops", bench_speed.peak_gflops(device, bf16))
+    speed.setdefault("peak_gflops", bench_speed.peak_gflops(device, info["precision"] == "bf16"))
     vocab_size = bench_speed.CharCorruptionDataset(bench_speed.read_text(ROOT / "data" / "wiki.txt"), 128).vocab_size
-    gflop = {v: bench_speed.handout_step_gflop(v, vocab_size, 128, device, bf16) for v in VARIANT_FLAGS}
+    gflop = {v: bench_speed.handout_step_gflop(v, vocab_size, 128, device) for v in VARIANT_FLAGS}
     compiled = args.compile == "yes" or (args.compile == "measured" and speed.get("compile_pays", False))
     print(f"pretrainings {'with' if compiled else 'without'} --compile ({args.compile}); matmul peak "
           f"{speed['peak_gflops']:,.0f} GFLOP/s", flush=True)  # fmt: skip
