@@ -2,8 +2,7 @@
 # The whole birth-place experiment on a fresh machine, ending with a report in OUT_DIR/report.md:
 #   the London baseline; finetuning without pretraining; then, for every variant, pretrain ->
 #   finetune -> evaluate on dev and test (the direct protocol), and a recite reader finetuned from
-#   the same pretrained params -> evaluate on dev and test (the recite protocol, src/recite.py); and
-#   the ensemble of the variants' direct answers.
+#   the same pretrained params -> evaluate on dev and test (the recite protocol, src/recite.py).
 #
 #   bash run.sh                                                      # the full run, about 2 hours
 #   PRETRAIN_EPOCHS=2 FINETUNE_EPOCHS=1 NOPRETRAIN_EPOCHS=1 bash run.sh   # a smoke run of a few minutes
@@ -108,7 +107,7 @@ NOPRE_FLAGS="${NOPRETRAIN_EPOCHS:+--max_epochs $NOPRETRAIN_EPOCHS}"
 TB_DIR="expt/run.sh_$(date +%Y%m%d-%H%M%S)_seed$SEED"
 COMMON="--preset $PRESET --seed $SEED --tb_dir $TB_DIR $EXTRA_FLAGS"
 START=$SECONDS STEP=0
-STEPS=$((3 + 7 * ${#VARIANT_LIST[@]} + (${#VARIANT_LIST[@]} > 1)))  # london, from scratch (2), 7 per variant, ensemble
+STEPS=$((3 + 7 * ${#VARIANT_LIST[@]}))  # london, from scratch (2), 7 per variant
 echo "run.sh: preset $PRESET, seed $SEED, variants: $VARIANTS; output in $OUT_DIR/"
 if [ "$PRESET" = cpu ]; then
   echo "run.sh: planned to take about $TOTAL_MINUTES minutes on this machine: the steps without pretraining" \
@@ -196,14 +195,6 @@ for variant in "${VARIANT_LIST[@]}"; do
     echo "run.sh: at the pace of $variant's steps the whole run takes about $PLANNED_MINUTES minutes"
   fi
 done
-
-if [ "${#VARIANT_LIST[@]}" -gt 1 ]; then  # each question answered by the variant most confident of its answer
-  first=${VARIANT_LIST[0]} others=()
-  for variant in "${VARIANT_LIST[@]:1}"; do others+=("$OUT_DIR/$variant.finetune.params"); done
-  timed ensemble_dev $RUN evaluate $first wiki.txt --reading_params_path "$OUT_DIR/$first.finetune.params" \
-    --ensemble_params "${others[@]}" --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/ensemble.dev.predictions" \
-    --scores_path "$OUT_DIR/ensemble.dev.scores.tsv" $COMMON
-fi
 
 echo; echo "run.sh: done in $(((SECONDS - START) / 60)) minutes"
 # A user's run reports into OUT_DIR; RECORD=1 writes bench/results/report.md and appends to runs.jsonl.

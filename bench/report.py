@@ -45,7 +45,6 @@ class Run:
     protocol: str = "direct"  # or "recite": recite, then answer (src/recite.py)
 
 
-TRAINING = tuple(f"{v}_{step}" for v in research.VARIANTS for step in ("pretrain", "finetune"))  # the ensemble's
 RUNS = [
     Run("London baseline", "london", (), "london"),
     Run("vanilla, no pretraining", "vanilla.nopretrain", ("vanilla_nopretrain_finetune",), "vanilla_nopretrain_dev"),
@@ -53,7 +52,6 @@ RUNS = [
         Run(f"{v}, pretrain + finetune", f"{v}.pretrain", (f"{v}_pretrain", f"{v}_finetune"), f"{v}_pretrain_dev")
         for v in research.VARIANTS
     ],
-    Run("ensemble of the variants run, most confident answer", "ensemble", TRAINING, "ensemble_dev"),
     *[
         Run(f"{v}, recite then answer", f"{v}.recite", (f"{v}_pretrain", f"{v}_reader"), f"{v}_recite_dev", "recite")
         for v in research.VARIANTS

@@ -22,9 +22,10 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from confidence import AnswerScore, evaluation_summary, person_name  # noqa: E402
+from confidence import AnswerScore, evaluation_summary  # noqa: E402
 from dataset import Question, read_text  # noqa: E402
 from params import read_sidecar  # noqa: E402
+from recite import person_name  # noqa: E402
 from utils import UserError, cpu_info  # noqa: E402
 
 VARIANTS = ("vanilla", "perceiver", "rope")

@@ -1,5 +1,5 @@
-"""evaluate and ask: greedy answers to questions, scored by the model's confidence; an ensemble takes each question's
-most confident answer; a recite reader reads the recitation of its pretrained params."""
+"""evaluate and ask: greedy answers to questions, scored by the model's confidence; a recite reader reads the
+recitation of its pretrained params."""
 
 from __future__ import annotations
 
@@ -20,25 +20,15 @@ from confidence import (
     evaluation_summary,
     format_ask,
     format_summary,
-    most_confident,
     score_answers,
     scores_tsv,
 )
 from config import BLOCK_SIZE, RunConfig, build_model
 from dataset import CharCorruptionDataset, Question, Vocabulary, question_problem, read_questions, score_places
 from decode import MAX_ANSWER_CHARS, predict
-from model import GPT, VARIANTS
-from params import load_params, read_sidecar, sidecar_path, stored_sizes
+from model import GPT
+from params import load_params, read_sidecar, sidecar_path
 from utils import UserError, locate_data, write_json_atomic, write_text_atomic
-
-
-def model_for_params(args: RunConfig, vocab: Vocabulary, path: str) -> GPT:
-    """A model built as the sidecar of params file `path` describes it (its variant and sizes)."""
-    side = read_sidecar(path)
-    if side is None or side.get("variant") not in VARIANTS:
-        raise UserError(f"--ensemble_params {path}: needs its sidecar {sidecar_path(path).name} to know its variant")
-    sizes = stored_sizes(path, "--ensemble_params")
-    return build_model(dataclasses.replace(args, **sizes), len(vocab), side["variant"])
 
 
 def evaluate(
@@ -46,13 +36,11 @@ def evaluate(
 ) -> dict:
     """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are
     given. What evaluate found (accuracy, selective metrics, the recitations' ceiling, seconds) and the
-    resolved config go to the predictions' JSON sidecar, <outputs_path>.json; `found` is returned.
-    With --ensemble_params each question takes the most confident answer of the models (answer_and_score)."""
-    path, entries, vocab = eval_questions(args, corpus.vocab)
-    members = [(args.reading_params_path, model)]
-    members += [(p, model_for_params(args, vocab, p)) for p in args.ensemble_params or []]
-    for params, member in members:
-        load_params(member, vocab, params)
+    resolved config go to the predictions' JSON sidecar, <outputs_path>.json; `found` is returned."""
+    vocab, path = corpus.vocab, locate_data(args.eval_corpus_path)
+    entries = read_questions(path, require_place=False)
+    check_questions(entries, vocab, path)
+    load_params(model, vocab, args.reading_params_path)
     questions = [q for q in entries if q is not None]
     t0, texts, found = time.time(), [q.text for q in questions], {}
     reader = reader_link(args.reading_params_path)
@@ -62,38 +50,21 @@ def evaluate(
         if not math.isnan(share):
             print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling); its answers are spans")
             found["place_in_recitation"] = share
-    scores = answer_and_score(members, vocab, questions, texts, device, copy=reader is not None)
+    model.to(device)
+    predictions = predict(model, vocab, texts, device, copy=reader is not None)
+    scores = score_answers(model, vocab, texts, predictions, device, MAX_ANSWER_CHARS)
     found["seconds"] = time.time() - t0
-    if len(members) > 1:
-        print(
-            f"ensemble of {len(members)} models, {found['seconds']:.1f} s: each question takes the most confident answer"
-        )
-    predictions = [s.answer for s in scores]
-    if report_accuracy("", questions, predictions):
+    if report_accuracy(questions, predictions):
         found |= evaluation_summary(questions, predictions, scores)
         print(format_summary(found))
     for key, value in found.items():
-        if not math.isnan(value):  # nan: an empty group
-            writer.add_scalar(f"eval/{key}", value, 0)
+        writer.add_scalar(f"eval/{key}", value, 0)
     write_answers(args, entries, scores, found)
     targets = "" if "accuracy" in found else "; no targets provided"
     print(
         f"Predictions written to {args.outputs_path}, what evaluate found to {sidecar_path(args.outputs_path)}{targets}"
     )
     return found
-
-
-def eval_questions(args: RunConfig, vocab: Vocabulary) -> tuple[Path, list[Question | None], Vocabulary]:
-    """evaluate's questions (one entry per line of --eval_corpus_path), checked; an ensemble of direct answers
-    that a recite reader would join is refused."""
-    members = [args.reading_params_path, *args.ensemble_params] if args.ensemble_params else []
-    readers = [p for p in members if reader_link(p) is not None]  # evaluate itself links a lone reader
-    if readers:
-        raise UserError(f"{readers[0]} is a recite reader; --ensemble_params combines direct answers only")
-    path = locate_data(args.eval_corpus_path)
-    entries = read_questions(path, require_place=False)
-    check_questions(entries, vocab, path)
-    return path, entries, vocab
 
 
 def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore], found: dict) -> None:
@@ -106,7 +77,6 @@ def write_answers(args: RunConfig, entries: list[Question | None], scores: list[
     questions = [q for q in entries if q is not None]
     total, correct = score_places(questions, [s.answer for s in scores])
     counts = {"questions": len(questions), "with_places": total, "correct": correct}
-    found = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in found.items()}  # JSON has no NaN
     write_json_atomic(sidecar_path(args.outputs_path), {**counts, **found, "config": dataclasses.asdict(args)})
 
 
@@ -117,27 +87,6 @@ def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Pat
         if problem := question_problem(q.text, BLOCK_SIZE):
             raise UserError(f"{path}:{q.line}: the question {problem}")
         vocab.encode(q.text, where=f"{path}:{q.line}")
-
-
-def answer_and_score(
-    members: list[tuple[str, GPT]],
-    vocab: Vocabulary,
-    questions: list[Question],
-    texts: list[str],
-    device: torch.device,
-    copy: bool = False,
-) -> list[AnswerScore]:
-    """Every member's greedy answer to each of `texts` (the questions, or their recitations), scored;
-    with several members each question keeps its most confident answer and each member's accuracy is printed.
-    With `copy` (a reader), each answer is a span of its text."""
-    answers = []
-    for params, member in members:
-        member.to(device)
-        predictions = predict(member, vocab, texts, device, copy=copy)
-        answers.append(score_answers(member, vocab, texts, predictions, device, MAX_ANSWER_CHARS))
-        if len(members) > 1:
-            report_accuracy(f"{params}: ", questions, [a.answer for a in answers[-1]])
-    return most_confident(answers) if len(members) > 1 else answers[0]
 
 
 def reader_link(params_path: str) -> tuple[Path, int] | None:
@@ -171,11 +120,11 @@ def recitations(
     return texts
 
 
-def report_accuracy(label: str, questions: list[Question], predictions: list[str]) -> bool:
+def report_accuracy(questions: list[Question], predictions: list[str]) -> bool:
     """Print the handout's accuracy line; False when the questions carry no places."""
     total, correct = score_places(questions, predictions)
     if total:
-        print(f"{label}Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
+        print(f"Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
     return total > 0
 
 

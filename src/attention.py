@@ -2,8 +2,8 @@
 
 `attend` is PyTorch's `scaled_dot_product_attention` on CUDA (the kernel that `CUDA_ATTENTION_KERNELS` allows) and the
 plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it was measured (bench/RESEARCH.md,
-"Engineering"). `dropout` is PyTorch's own on CUDA and cheaper random bits on CPU. The handout's plain versions of both
-are in bench/course.py, which the tests and the speed benchmark compare against.
+"Engineering"). The handout's plain `attend` and `dropout` are in bench/course.py, which the tests and the speed
+benchmark compare against.
 
 The modules below add the learned projections. Their parameter names (`key`, `query`, `value`, `proj`) and the
 persistent `mask` buffer match the course handout, so its params files load strictly in both directions.
@@ -132,18 +132,13 @@ class MultiHeadAttention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
-    def merge_heads(self, y: torch.Tensor) -> torch.Tensor:
-        """(B, nh, T, hs) -> (B, T, C)"""
-        B, nh, T, hs = y.shape
-        return y.transpose(1, 2).contiguous().view(B, T, nh * hs)
-
     def attend_projected(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """Attention over already-split heads, then the output projection: -> (B, Tq, C)."""
-        p = self.attn_pdrop if self.training else 0.0
-        y = attend(q, k, v, mask, dropout_p=p)
-        return self.resid_drop(self.proj(self.merge_heads(y)))
+        """Attention over already-split heads, the heads merged again, then the output projection: -> (B, Tq, C)."""
+        y = attend(q, k, v, mask, dropout_p=self.attn_pdrop if self.training else 0.0)  # (B, nh, Tq, hs)
+        B, nh, Tq, hs = y.shape
+        return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, Tq, nh * hs)))
 
     def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         q = self.split_heads(self.query(x_q))

@@ -3,7 +3,7 @@
 It says early what the run will cost, and after the first whole epoch how long the rest takes. With a budget it stops
 the run once the budget is spent or, with `fit`, plans the run to the budget after every whole epoch, from the pace
 measured, so that the cosine ends annealed as the budget ends, even when other work slows the machine down or stops
-doing so. `attach` adds the thread choice (machine.ThreadChooser) to a planned CPU run.
+doing so.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ WARM_STEPS = 5
 
 
 class Pace:
-    """Callbacks: the early estimate, the projection after the first whole epoch and, with
-    `budget_seconds`, the budget's cut-off or (with `fit`) its plan of the run `config` describes
-    (the cosine's warm-up and cap). Its state_dict travels in the trainer's checkpoint."""
+    """Callbacks: the early estimate, the first epoch's projection and, with `budget_seconds`, the cut-off or (with
+    `fit`) the plan of the run `config` describes. Its state_dict travels in the trainer's checkpoint."""
 
     def __init__(self, config: TrainerConfig, budget_seconds: float | None = None, fit: bool = False):
         self.config, self.budget_seconds = config, budget_seconds
@@ -91,10 +90,8 @@ class Pace:
         if not s.whole_epoch:
             return
         plan = self.fit_to_budget(s, float(np.median(s.epoch_seconds[-PACE_EPOCHS:]))) if self.fit else None
-        if not self.reported and (plan or s.epoch < s.max_epochs):
+        if plan or (not self.reported and s.epoch < s.max_epochs):
             tqdm.write(plan or self.projection(s, s.epoch_seconds[-1]))
-        elif plan:
-            tqdm.write(plan)
         self.reported = True
 
     def on_train_end(self, s: TrainState) -> None:

@@ -1,18 +1,11 @@
 """Know when the model is guessing: answer confidence, a small beam search, and selective-accuracy metrics.
 
-An answer's confidence is its log-probability under the model, computed by teacher forcing `question MASK answer MASK`
-in one batched forward pass: the sum of the log-probabilities of the answer characters and of the closing MASK (an
-answer cut off at the length limit has no MASK, so only its characters count), and that sum divided by the number of
-tokens scored (the per-character mean). Answers are ranked, and calibrated, by the mean:
-
-- ranking: the sum falls with every extra character, so it would rank
-  "Rome" above "Rio de Janeiro" however sure the model is of each; the mean
-  measures how sure each decision was, whatever the answer's length.
-- calibration: exp(mean logprob) is in (0, 1], a per-character probability.
-
-The metrics (accuracy at coverage, coverage AUC, ECE) rank answers with gold places by confidence, most
-confident first. With C of N correct, the best ranking (all correct first) has accuracy 1 up to k = C
-and C/k after; the worst (all correct last) 0 up to k = N - C.
+An answer's confidence is its log-probability under the model, teacher-forcing `question MASK answer MASK` in one
+batched pass: summed over the answer's characters and its closing MASK (an answer cut off at the length limit has
+none), and divided by the tokens scored. Answers are ranked, and calibrated, by that per-character mean: the sum falls
+with every extra character, so it would rank "Rome" above "Rio de Janeiro" however sure the model is of each, while
+exp(mean) is a per-character probability in (0, 1]. The metrics (accuracy at coverage, coverage AUC, ECE) rank the
+answers most confident first.
 """
 
 from __future__ import annotations
@@ -185,26 +178,6 @@ def expected_calibration_error(probability: Sequence[float], correct: Sequence[b
     return float(ece)
 
 
-def selective_metrics(mean_logprobs: Sequence[float], correct: Sequence[bool]) -> dict[str, float]:
-    """Accuracy at each of COVERAGES, coverage AUC and ECE, for answers ranked by mean logprob."""
-    metrics = {
-        f"accuracy_at_coverage_{round(c * 100)}": accuracy_at_coverage(mean_logprobs, correct, c) for c in COVERAGES
-    }
-    metrics["coverage_auc"] = coverage_auc(mean_logprobs, correct)
-    metrics["ece"] = expected_calibration_error(np.exp(np.asarray(mean_logprobs, dtype=np.float64)), correct)
-    return metrics
-
-
-# ---------------------------------------------------------------------------
-# Whose question is it?
-
-
-def person_name(question: str) -> str | None:
-    """'Where was Ada Lovelace born?' -> 'Ada Lovelace'; None for a question of another form."""
-    m = re.fullmatch(r"Where was (.+) born\?", question.strip())
-    return m.group(1) if m else None
-
-
 # ---------------------------------------------------------------------------
 # Putting it together for `evaluate`, `ask` and the report
 
@@ -212,22 +185,22 @@ def person_name(question: str) -> str | None:
 def evaluation_summary(
     questions: Sequence[Question], predictions: Sequence[str], scores: Sequence[AnswerScore]
 ) -> dict[str, float]:
-    """The accuracy and selective metrics of answers to questions with gold places."""
+    """The accuracy of answers to questions with gold places, and for the answers ranked by mean logprob: the
+    accuracy at each of COVERAGES, the coverage AUC and the ECE."""
     correct = [p == q.place for p, q in zip(predictions, questions, strict=True)]
-    return {"accuracy": sum(correct) / len(correct), **selective_metrics([s.mean_logprob for s in scores], correct)}
-
-
-def percent(x: float) -> str:
-    """x as a percentage with one decimal, "-" for nan (an empty group)."""
-    return "-" if math.isnan(x) else f"{x * 100:.1f}%"
+    ranked_by = [s.mean_logprob for s in scores]
+    metrics = {"accuracy": sum(correct) / len(correct)}
+    for c in COVERAGES:
+        metrics[f"accuracy_at_coverage_{round(c * 100)}"] = accuracy_at_coverage(ranked_by, correct, c)
+    metrics["coverage_auc"] = coverage_auc(ranked_by, correct)
+    metrics["ece"] = expected_calibration_error(np.exp(np.asarray(ranked_by, dtype=np.float64)), correct)
+    return metrics
 
 
 def format_summary(m: dict[str, float]) -> str:
     """The lines `evaluate` prints after its `Correct: ...` line."""
     lines = ["Accuracy of the most confident answers (ranked by mean log-probability per character):"]
-    lines += [
-        f"  coverage {round(c * 100):3d}%: {percent(m[f'accuracy_at_coverage_{round(c * 100)}'])}" for c in COVERAGES
-    ]
+    lines += [f"  coverage {round(c * 100):3d}%: {m[f'accuracy_at_coverage_{round(c * 100)}']:.1%}" for c in COVERAGES]
     lines.append(f"  area under the accuracy-coverage curve: {m['coverage_auc']:.3f}")
     lines.append(f"  expected calibration error ({ECE_BINS} bins of exp(mean logprob)): {m['ece']:.3f}")
     return "\n".join(lines)
@@ -259,9 +232,3 @@ def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[Answer
     for i, a in enumerate(alternatives, start=1):
         lines.append(f"  {i}. {a.answer!r:<{width}}  logprob {a.logprob:8.3f}  probability {math.exp(a.logprob):.3g}")
     return "\n".join(lines)
-
-
-def most_confident(candidates: Sequence[Sequence[AnswerScore]]) -> list[AnswerScore]:
-    """The ensemble's answers: for each question, the candidate its own model gave the highest mean log-probability per
-    character. candidates[m][i] is model m's answer to question i; ties go to the earlier model."""
-    return [max(options, key=lambda s: s.mean_logprob) for options in zip(*candidates, strict=True)]

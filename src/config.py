@@ -107,10 +107,6 @@ class RunConfig:
                                     kind="output", required_by=EVALUATE)  # fmt: skip
     scores_path: str | None = flag(None, "also write answer<TAB>logprob<TAB>mean_logprob", OUTPUTS, EVALUATE,
                                    kind="output")  # fmt: skip
-    ensemble_params: list[str] | None = flag(
-        None, "more finetuned params (any variant, read from their sidecars); each question takes the answer "
-        "its model is most confident of", OUTPUTS, EVALUATE, nargs="+", metavar="PARAMS", action="extend",
-        kind="input")  # fmt: skip
     tb_expt_name: str = flag("run", "TensorBoard run name prefix (logs go to expt/<command>/)", OUTPUTS, LOGGED,
                              kind="text")  # fmt: skip
     tb_dir: str | None = flag(None, "TensorBoard folder of this run's folder (expt/<command>; run.sh gives all its "
@@ -212,9 +208,9 @@ def pretrain_budget_minutes(
     epoch = nopretrain_seconds / (nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs"))
     finetune_pretrained, reader = (finetune_epochs or preset_value("cpu", p, "max_epochs") for p in
                                    ("finetune_pretrained", "reader"))  # fmt: skip
-    others = used_seconds + 2 * dev_seconds  # the ensemble's evaluation at the end
+    others = used_seconds
     for variant in variants:
-        chars = bottleneck_dim - ANSWER_ROOM if variant == "perceiver" else RECITE_CHARS
+        chars = default_recite_chars(variant, bottleneck_dim)
         # A recite reader's epoch took about 2.7 epochs of questions: its examples (the recitations that
         # hold their place, about 85%) are three times as long at 100 characters of recitation.
         reader_epoch = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
@@ -302,9 +298,8 @@ def check_args(args: RunConfig) -> None:
     problem = next(problems(args), None)
     if problem is not None:
         raise UserError(problem)
+    rules = {"input": check_input, "data": find_data_file, "output": check_output_file, "output_dir": check_output_dir}
     for f in fields(args):
-        kind, value = f.metadata["kind"], getattr(args, f.name)
-        flag = f.name if f.metadata.get("positional") else f"--{f.name}"
-        for path in (value if isinstance(value, list) else [value]) if value else []:
-            {"input": check_input, "data": find_data_file, "output": check_output_file,
-             "output_dir": check_output_dir}.get(kind, lambda p, flag: None)(path, flag)  # fmt: skip
+        path, rule = getattr(args, f.name), rules.get(f.metadata["kind"])
+        if path and rule:
+            rule(path, f.name if f.metadata.get("positional") else f"--{f.name}")

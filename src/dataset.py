@@ -93,7 +93,11 @@ def max_truncated_len(block_size: int) -> int:
 
 class BatchedDataset(Dataset):
     """A dataset that batches a whole epoch at once. Subclasses give `epoch_examples(order, rng)`: the
-    examples `order` (N,) as (ids, targets (N, block_size), real_len (N,)), targets 0 where not trained."""
+    examples `order` (N,) as (ids, targets (N, block_size), real_len (N,)), targets 0 where not trained; `data`
+    holds one entry per example."""
+
+    def __len__(self) -> int:
+        return len(self.data)
 
     def epoch_batches(
         self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop_multiple: int = 8
@@ -103,7 +107,10 @@ class BatchedDataset(Dataset):
         Each batch is cropped to its longest example, rounded up to a multiple of `crop_multiple`:
         PAD targets are ignored by the loss, so this changes no loss, only the work done.
         """
-        ids, targets, real_len = self.epoch_examples(example_order(len(self), rng, order), rng)
+        if order not in ORDERS:
+            raise ValueError(f"unknown order {order!r}")
+        examples = np.arange(len(self)) if order == "file" else rng.permutation(len(self))
+        ids, targets, real_len = self.epoch_examples(examples, rng)
         bucket = order == "bucketed"
         # A stable sort of an already shuffled order keeps the ties random.
         rows = np.argsort(real_len, kind="stable") if bucket else np.arange(len(ids))
@@ -142,9 +149,6 @@ class CharCorruptionDataset(BatchedDataset):
         self.doc_ids = np.zeros((len(self.data), block_size), dtype=np.int64)
         for i, d in enumerate(self.data):
             self.doc_ids[i, : min(len(d), block_size)] = self.vocab.encode(d[:block_size])
-
-    def __len__(self) -> int:
-        return len(self.data)
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The handout's interface: one corrupted example of document idx, drawn from Python's `random`."""
@@ -256,25 +260,19 @@ class NameDataset(BatchedDataset):
         else:
             path, questions = source, [q for q in read_questions(source, require_place=True) if q is not None]
         self.data = questions
-        rows = []
-        for q in questions:
-            s = q.text + MASK_CHAR + q.place + MASK_CHAR
+        texts = [q.text + MASK_CHAR + q.place + MASK_CHAR for q in questions]
+        self.ids = np.zeros((len(texts), self.block_size), dtype=np.int64)
+        for i, (q, s) in enumerate(zip(questions, texts)):
             if len(s) > self.block_size:
                 raise UserError(
                     f"{path}:{q.line}: question and place take {len(s)} characters with their 2 MASKs; "
                     f"block_size is {self.block_size}"
                 )
-            rows.append((self.vocab.encode(s, where=f"{path}:{q.line}"), len(q.text)))
-        self.ids = np.zeros((len(rows), self.block_size), dtype=np.int64)
-        self.question_len = np.array([n for _, n in rows], dtype=np.int64)
-        self.real_len = np.array([len(r) for r, _ in rows], dtype=np.int64)
-        for i, (r, _) in enumerate(rows):
-            self.ids[i, : len(r)] = r
+            self.ids[i, : len(s)] = self.vocab.encode(s, where=f"{path}:{q.line}")
+        self.real_len = np.array([len(s) for s in texts], dtype=np.int64)
+        question_len = np.array([len(q.text) for q in questions], dtype=np.int64)
         # no loss on predicting the question itself
-        self.targets = np.where(np.arange(self.block_size) >= self.question_len[:, None], self.ids, 0)
-
-    def __len__(self) -> int:
-        return len(self.data)
+        self.targets = np.where(np.arange(self.block_size) >= question_len[:, None], self.ids, 0)
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.from_numpy(self.ids[idx, :-1]), torch.from_numpy(self.targets[idx, 1:])
@@ -290,10 +288,3 @@ class NameDataset(BatchedDataset):
 #   "file":     the corpus's own order, the same batches every epoch, as the handout's trainer
 #               builds them (its DataLoader is not told to shuffle).
 ORDERS = ("bucketed", "shuffled", "file")
-
-
-def example_order(n: int, rng: np.random.Generator, order: str) -> np.ndarray:
-    """The indices 0..n-1 in the order the examples of an epoch are batched (see ORDERS)."""
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}")
-    return np.arange(n) if order == "file" else rng.permutation(n)

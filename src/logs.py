@@ -22,15 +22,15 @@ from utils import UserError, folders_to_make, no_thread_tracebacks_for_os_errors
 
 def run_role(args: RunConfig) -> str:
     """What a run does, as its folder says: pretrain, finetune-scratch, finetune, reader, or
-    evaluate-<how>-<eval corpus>, how being direct, scratch (params finetuned without pretraining), recite
-    (a reader) or ensemble."""
+    evaluate-<how>-<eval corpus>, how being direct, scratch (params finetuned without pretraining) or recite
+    (a reader)."""
     if args.function == "pretrain":
         return "pretrain"
     if args.function == "finetune":
         return "reader" if args.recite else "finetune" if args.reading_params_path else "finetune-scratch"
     side = (read_sidecar(args.reading_params_path) if args.reading_params_path else None) or {}
     made_with = side.get("config") if isinstance(side.get("config"), dict) else {}
-    how = "ensemble" if args.ensemble_params else "recite" if side.get("protocol") == "recite" else "direct"
+    how = "recite" if side.get("protocol") == "recite" else "direct"
     if how == "direct" and made_with and not made_with.get("reading_params_path"):
         how = "scratch"
     return f"evaluate-{how}-{Path(args.eval_corpus_path or '').stem[:40]}"

@@ -62,10 +62,6 @@ class Measured:
     source: str = "measured"  # or "cached"
 
     @property
-    def precision(self) -> str:
-        return "bf16" if self.bf16_gflops > self.fp32_gflops else "fp32"
-
-    @property
     def micro_batch(self) -> int:
         """Rows per micro-batch of the handout's file order (0: whole batches)."""
         return MICRO_BATCH if self.split_cost < SPLIT_LIMIT else 0
@@ -107,8 +103,8 @@ def measure(device: torch.device) -> Measured:
 
 def machine_key(device: torch.device) -> str:
     """What a measurement holds for: the CPU, its cores, the device and torch."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_info().get("model name")
     cpu = cpu_info()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu.get("model name")
     parts = [name or platform.processor(), f"family {cpu.get('cpu family')} model {cpu.get('model')}",
              f"{os.cpu_count()} cores", f"torch {torch.__version__}"]  # fmt: skip
     return f"{device.type}: " + ", ".join(parts)
@@ -148,7 +144,7 @@ def choose(device: torch.device, fp32: bool = False, micro_batch: int | None = N
     faster as measured; `fp32` forces fp32) with the two rates it was decided on, and the micro-batch rows of
     the handout's file order (measured; `micro_batch` overrides). `say` prints it in one line."""
     m = measured(device)
-    chosen = "fp32" if fp32 else m.precision
+    chosen = "bf16" if m.bf16_gflops > m.fp32_gflops and not fp32 else "fp32"
     why = "--fp32" if fp32 else "bf16 is emulated here" if chosen == "fp32" else "faster here"
     rows = m.micro_batch if micro_batch is None else micro_batch
     if say:

@@ -67,17 +67,13 @@ class Block(nn.Module):
 
 
 class DownProjectBlock(nn.Module):
-    """Cross-attention from a learned basis C (1, m, C) onto the input: (B, T, C) -> (B, min(m, T), C).
-
-    As the handout writes it: x = C + attn(keys and values from x_input, queries from ln1(C)), then x + mlp(ln2(x)). The
-    input itself is not normalised here.
+    """Cross-attention from a learned basis C (1, m, C) onto the input, as the handout writes it (the input itself is
+    not normalised): (B, T, C) -> (B, min(m, T), C).
 
     Bottleneck position i attends to input positions <= i (the causal rule kept across lengths), so no output ever
-    depends on a later input token.
-
-    An input shorter than m (T < m) gets only the first T bottleneck positions: the up-projection lets output t read
-    bottleneck positions <= t < T only, so the others cannot change any output (tested against the handout's, which
-    computes all m: bench/course.py).
+    depends on a later input token. An input shorter than m (T < m) gets only the first T bottleneck positions: the
+    up-projection lets output t read bottleneck positions <= t < T only, so the others cannot change any output
+    (tested against the handout's, which computes all m: bench/course.py).
     """
 
     def __init__(self, config: GPTConfig):
@@ -86,44 +82,45 @@ class DownProjectBlock(nn.Module):
         nn.init.xavier_uniform_(self.C)
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
-    def forward(self, x_input: torch.Tensor) -> torch.Tensor:
-        m = min(self.C.size(1), x_input.size(1))
-        C = self.C[:, :m].expand(x_input.size(0), -1, -1)
-        x = C + self.attn(x_input, self.ln1(C))
-        return x + self.mlp(self.ln2(x))
-
-    def forward_cached(self, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Decoding: new inputs (B, T, C) at positions (B, T) -> their bottleneck entries (B, T, C).
+    def forward(
+        self, x_input: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """With a cache (decoding): new inputs (B, T, C) at positions (B, T) -> their bottleneck entries (B, T, C).
 
         Input position p < m brings bottleneck position p (which sees inputs <= p, all known now); earlier bottleneck
         positions cannot change. An input past m brings none: its entry here is computed but never used.
         """
-        at = positions.clamp(max=self.C.size(1) - 1)
-        C = self.C[0][at]  # (B, T, C)
-        x = C + self.attn.forward_cached(self.ln1(C), x_input, cache, at)
+        if cache is None:
+            m = min(self.C.size(1), x_input.size(1))
+            C = self.C[:, :m].expand(x_input.size(0), -1, -1)
+            x = C + self.attn(x_input, self.ln1(C))
+        else:
+            at = positions.clamp(max=self.C.size(1) - 1)
+            C = self.C[0][at]  # (B, T, C)
+            x = C + self.attn.forward_cached(self.ln1(C), x_input, cache, at)
         return x + self.mlp(self.ln2(x))
 
 
 class UpProjectBlock(nn.Module):
-    """Cross-attention from the input positions onto the bottleneck: (B, m, C), (B, T, C) -> (B, T, C).
-
-    As the handout writes it: x = x_input + attn(keys and values from ln1(y), queries from x_input), then x +
-    mlp(ln2(x)). Input position i attends to bottleneck positions <= i.
-    """
+    """Cross-attention from the input positions onto the bottleneck, as the handout writes it: (B, m, C), (B, T, C) ->
+    (B, T, C). Input position i attends to bottleneck positions <= i."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
-    def forward(self, y: torch.Tensor, x_input: torch.Tensor) -> torch.Tensor:
-        x = x_input + self.attn(self.ln1(y), x_input)
-        return x + self.mlp(self.ln2(x))
-
-    def forward_cached(
-        self, y: torch.Tensor, x_input: torch.Tensor, positions: torch.Tensor, cache: KVCache
+    def forward(
+        self,
+        y: torch.Tensor,
+        x_input: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """Decoding: new bottleneck entries y and inputs x_input (B, T, C) at positions (B, T) -> (B, T, C)."""
-        x = x_input + self.attn.forward_cached(x_input, self.ln1(y), cache, positions)
+        """With a cache (decoding): new bottleneck entries y and inputs x_input (B, T, C) at positions (B, T)."""
+        if cache is None:
+            x = x_input + self.attn(self.ln1(y), x_input)
+        else:
+            x = x_input + self.attn.forward_cached(x_input, self.ln1(y), cache, positions)
         return x + self.mlp(self.ln2(x))
 
 
@@ -172,32 +169,25 @@ class GPT(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t = idx.size()
         x = self.tok_emb(idx)  # (B, T, C)
-        if caches is None:
-            assert t <= self.config.block_size, "sequence longer than block_size"
-            if self.config.variant != "rope":
-                x = x + self.pos_emb[:, :t, :]  # (1, T, C)
-        else:  # each row continues from its own cached length
-            positions = caches[0].positions(b, t, idx.device)  # (B, T)
-            assert int(positions.max()) < self.config.block_size, "sequence longer than block_size"
-            if self.config.variant != "rope":
-                x = x + self.pos_emb[0][positions]  # (B, T, C)
+        # With caches each row continues from its own cached length: positions (B, T).
+        positions = None if caches is None else caches[0].positions(b, t, idx.device)
+        end = t if positions is None else int(positions.max()) + 1
+        assert end <= self.config.block_size, "sequence longer than block_size"
+        if self.config.variant != "rope":
+            x = x + (self.pos_emb[:, :t] if positions is None else self.pos_emb[0][positions])  # (1 or B, T, C)
         x = self.drop(x)
         perceiver = self.config.variant == "perceiver"
-        if perceiver and caches is not None:
+        if caches is None:  # every layer computes its whole input
+            caches = [None] * (len(self.blocks) + 2 * perceiver)
+        if perceiver:
             down, *middle, up = caches
-            y = self.down_block.forward_cached(x, positions, down)  # (B, T, C): new bottleneck entries
+            y = self.down_block(x, positions, down)  # (B, min(m, T), C); with caches the T new bottleneck entries
             for block, cache in zip(self.blocks, middle, strict=True):
                 y = block(y, cache)
-            x = self.up_block.forward_cached(y, x, positions, up)
-        elif perceiver:
-            y = self.down_block(x)  # (B, min(m, T), C)
-            y = self.blocks(y)
-            x = self.up_block(y, x)  # (B, T, C)
-        elif caches is not None:
+            x = self.up_block(y, x, positions, up)  # (B, T, C)
+        else:
             for block, cache in zip(self.blocks, caches, strict=True):
                 x = block(x, cache)
-        else:
-            x = self.blocks(x)
         logits = self.head(self.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:
@@ -223,9 +213,7 @@ class GPT(nn.Module):
         block = self.config.block_size
         caches = self.new_caches()
         for i in range(max_new_tokens):
-            if caches is not None and idx.size(1) > block:
-                caches = None
-            if caches is None:
+            if idx.size(1) > block:  # the rows only grow: the caches are not used again
                 logits = self(idx[:, -block:])[0]
             else:
                 logits = self(idx if i == 0 else idx[:, -1:], caches=caches)[0]

@@ -1,8 +1,5 @@
-"""Optimizers: the handout's AdamW with its weight-decay rule, and Muon for the blocks' matrices.
-
-`make_optimizer` builds what the trainer steps: AdamW alone (the handout's), or Muon for the hidden layers' weight
-matrices with AdamW for the rest (the CPU recipe: it stored facts faster per epoch; see bench/RESEARCH.md).
-"""
+"""Optimizers: the handout's AdamW with its weight-decay rule, and Muon for the blocks' matrices (the CPU recipe: it
+stored facts faster per epoch; see bench/RESEARCH.md). `make_optimizer` builds what the trainer steps."""
 
 from __future__ import annotations
 
@@ -33,14 +30,13 @@ def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = tor
 
 
 def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """`orthogonalize(matrix, steps)` computed from one eigendecomposition instead of `steps` rounds
-    of matmuls (at least fp32; for CPUs where bf16 is slower). Returns a tensor of matrix's shape and dtype.
+    """`orthogonalize(matrix, steps)` computed in at least fp32 from one eigendecomposition instead of `steps` rounds of
+    matmuls: on a CPU without native bf16 the cheaper of the two, and close to the iteration (bench/RESEARCH.md; tests
+    compare the two). Returns a tensor of matrix's shape and dtype.
 
-    Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular
-    vectors. So with X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration
-    is U diag(r) Uᵀ X, where r is the product of those factors over the steps, computed per eigenvalue.
-    On a CPU without native bf16 this is the cheaper of the two, and the result agrees with the
-    iteration closely (bench/RESEARCH.md); tests compare the two.
+    Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular vectors. So with
+    X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration is U diag(r) Uᵀ X, where r is the
+    product of those factors over the steps, computed per eigenvalue.
     """
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(torch.promote_types(matrix.dtype, torch.float32))  # fp32, or float64 for float64
@@ -146,12 +142,10 @@ def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim
     # (which the handout's trainer uses: bench/course.py).
     fused = all(p.device.type in ("cpu", "cuda") for p in params.values())
     adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused or None)
-    if config.optimizer == "adamw":
-        return adamw
-    if config.optimizer != "muon":
+    if config.optimizer not in ("adamw", "muon"):
         raise ValueError(f"unknown optimizer {config.optimizer!r}")
     matrices = [p for n, p in params.items() if n in hidden]
-    if not matrices:  # every hidden matrix frozen: AdamW has the rest
+    if not matrices:  # "adamw" (hidden is empty), or every hidden matrix frozen: AdamW alone
         return adamw
     # bf16 where training computes in bf16 (machine.choose measured it faster), as the forward pass does.
     ns_dtype = torch.bfloat16 if config.bf16 else torch.float32

@@ -67,27 +67,29 @@ def read_sidecar(path: str | Path) -> dict | None:
 def finish_killed_save(path: Path, sha256: object) -> None:
     """Rename onto params file `path` the temporary a killed save left with the params of SHA-256 `sha256`
     (its sidecar's), unless `path` holds those already; a one-line note on stderr says so."""
+    if not sha256:
+        return
     target = Path(os.path.realpath(path))  # through a symlink, as the save wrote it
-    for tmp in stale_temporaries(target) if sha256 else []:
-        if file_sha256(tmp) == sha256 and not (target.is_file() and file_sha256(target) == sha256):
-            try:
-                os.replace(tmp, target)
-            except OSError as e:
-                raise UserError(f"{path}: cannot finish the save a kill interrupted ({e.strerror})") from None
-            print(f"note: {path}: finished the save a kill interrupted, from {tmp.name}", file=sys.stderr)
-            return
+    tmp = next((tmp for tmp in stale_temporaries(target) if file_sha256(tmp) == sha256), None)
+    if tmp is None or (target.is_file() and file_sha256(target) == sha256):
+        return
+    try:
+        os.replace(tmp, target)
+    except OSError as e:
+        raise UserError(f"{path}: cannot finish the save a kill interrupted ({e.strerror})") from None
+    print(f"note: {path}: finished the save a kill interrupted, from {tmp.name}", file=sys.stderr)
 
 
 def load_verified(path: str | Path, flag: str = "") -> tuple[object, dict, str]:
     """(what torch.save wrote to `path`, its sidecar, its SHA-256), after checking the file against the
     sidecar's SHA-256; params whose sidecar names none (from before hashes, or without a sidecar) cannot be
     verified: warn_unverified says so once they are used."""
-    side = read_sidecar(path)  # first: it may finish a killed save
+    side = read_sidecar(path) or {}  # first: it may finish a killed save
     sha256 = file_sha256(check_input(path, flag))
-    if isinstance((side or {}).get("params_sha256"), str) and side["params_sha256"] != sha256:
+    if isinstance(side.get("params_sha256"), str) and side["params_sha256"] != sha256:
         raise UserError(f"{flag} {path}: damaged or replaced: its bytes do not match the SHA-256 its sidecar "
                         f"{sidecar_path(path).name} records; train them again".lstrip())  # fmt: skip
-    return torch_load_safe(path, flag), side or {}, sha256
+    return torch_load_safe(path, flag), side, sha256
 
 
 def warn_unverified(path: str | Path, side: dict) -> None:
@@ -113,10 +115,9 @@ def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
 
 
 def stored_sizes(path: str | None, flag: str) -> dict:
-    """The model sizes (n_layer, n_head, n_embd, bottleneck_dim) the sidecar of params file `path`
-    records, so that a model is built as it was trained; empty without a path or sidecar."""
-    side = read_sidecar(path) if path is not None else None
-    sizes = {k: side[k] for k in MODEL_SIZES if (side or {}).get(k) is not None}
+    """The MODEL_SIZES the sidecar of params file `path` records, to build a model as trained; {} without a sidecar."""
+    side = (read_sidecar(path) if path is not None else None) or {}
+    sizes = {k: side[k] for k in MODEL_SIZES if side.get(k) is not None}
     for key, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs a whole number >= 1")
@@ -126,24 +127,23 @@ def stored_sizes(path: str | None, flag: str) -> dict:
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
     """Load `path` into `model` (a one-line error naming the mismatch for another model's); returns its SHA-256."""
     state, have, sha256 = load_verified(path)
-    want, problem = model_description(model.config, vocab), ""
-    for key in (k for k in want if k in have and have[k] != want[k]):
+    want, expected = model_description(model.config, vocab), model.state_dict()
+    key = next((k for k in want if k in have and have[k] != want[k]), None)
+    if key is not None:
         shown = "differs" if key == "vocab" else f"is {have[key]!r}, this run needs {want[key]!r}"
-        problem = problem or f"params do not fit this model: {key} {shown} (from {sidecar_path(path).name})"
-    expected = model.state_dict()
-    if not problem and not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        problem = f"params do not fit this model: {key} {shown} (from {sidecar_path(path).name})"
+    elif not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
         problem = "not a state_dict of tensors"
-    elif not problem and state.keys() != expected.keys():
+    elif state.keys() != expected.keys():
         kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
         missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
         problem = (f"params look like a {kind} model, this run builds a {want['variant']} one (missing "
                    f"{missing[:3]}, unexpected {unexpected[:3]})")  # fmt: skip
-    k = None if problem else next((k for k, v in state.items() if v.shape != expected[k].shape), None)
-    if k is not None:
-        problem = (f"{k} has shape {tuple(state[k].shape)}, this model needs {tuple(expected[k].shape)} (another "
-                   "bottleneck_dim, vocabulary or model size?)")  # fmt: skip
-    if problem:
-        raise UserError(f"{path}: {problem}")
-    model.load_state_dict(state)
-    warn_unverified(path, have)
-    return sha256
+    elif (key := next((k for k, v in state.items() if v.shape != expected[k].shape), None)) is not None:
+        problem = (f"{key} has shape {tuple(state[key].shape)}, this model needs {tuple(expected[key].shape)} "
+                   "(another bottleneck_dim, vocabulary or model size?)")  # fmt: skip
+    else:
+        model.load_state_dict(state)
+        warn_unverified(path, have)
+        return sha256
+    raise UserError(f"{path}: {problem}")

@@ -21,12 +21,12 @@ link_to_pretrained, linked_pretrained).
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import torch
 
-from confidence import person_name
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions
 from decode import continue_text
 from model import GPT
@@ -58,6 +58,12 @@ def check_recite_chars(chars: int, model: GPT, places: list[str]) -> None:
             f"--recite_chars {chars} leaves no room for the answer: {what} holds a recitation of at most "
             f"{max(most, 0)} characters before the longest place ({longest} characters) and its MASKs"
         )
+
+
+def person_name(question: str) -> str | None:
+    """'Where was Ada Lovelace born?' -> 'Ada Lovelace'; None for a question of another form."""
+    m = re.fullmatch(r"Where was (.+) born\?", question.strip())
+    return m.group(1) if m else None
 
 
 def recitation_prompt(question: str, where: str) -> str:

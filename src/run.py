@@ -89,7 +89,6 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
     one of its inputs (its data files, params with their sidecars), another output or the TensorBoard
     folder; the files written beside the outputs must be writable too (check_args checked the outputs)."""
     params = {"--reading_params_path": args.reading_params_path}
-    params |= {f"--ensemble_params {p}": p for p in args.ensemble_params or []}
     inputs = {**data_files(args), **params, **{f"{flag}'s sidecar": sidecar_path(p) for flag, p in params.items() if p}}
     outputs = {"--outputs_path": args.outputs_path, "--scores_path": args.scores_path, "--tb_dir": args.tb_dir}
     beside = {}
@@ -284,7 +283,7 @@ def make_parser(command: str | None = None) -> Parser:
     used = [f for f in dataclasses.fields(RunConfig) if command in f.metadata["commands"]]
     groups = {name: p.add_argument_group(name) for name in dict.fromkeys(f.metadata["group"] for f in used)}
     for f in used:
-        options = {k: v for k, v in f.metadata.items() if k in ("type", "choices", "nargs", "action", "metavar")}
+        options = {k: v for k, v in f.metadata.items() if k in ("type", "choices", "nargs", "action")}
         help = f.metadata["help"]
         options["help"] = f"{help}{preset_defaults(f, command)}" if help else argparse.SUPPRESS
         positional = f.metadata.get("positional")

@@ -27,11 +27,6 @@ LOSS_EVERY = 16
 COMPILE_BACKEND = "inductor"
 
 
-def pad(t: torch.Tensor, width: int) -> torch.Tensor:
-    """t (B, T) padded with PAD (0) on the right to (B, width)."""
-    return torch.nn.functional.pad(t, (0, width - t.size(1)))
-
-
 @dataclass
 class TrainerConfig:
     """Optimisation settings; config.trainer_config fills them from a command's resolved settings.
@@ -49,7 +44,7 @@ class TrainerConfig:
     final_tokens: float = 260e9  # where the cosine ends (a time budget's plan may move it: TrainState)
     cosine_cap: bool = False  # False: the handout's uncapped cosine; True: stay at the floor after final_tokens
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
-    bf16: bool = False  # bf16 autocast (machine.precision decides; Muon's iteration in bf16 then)
+    bf16: bool = False  # bf16 autocast (machine.choose decides; Muon's iteration in bf16 then)
     order: str = "bucketed"  # shuffled, grouped by length; "shuffled"; "file": the handout's fixed corpus order
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
@@ -220,7 +215,7 @@ class Trainer:
         batches = itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
         if cfg.compile:
             width = getattr(self.train_dataset, "example_length", 0)
-            batches = ((pad(x, width), pad(y, width)) for x, y in batches)
+            batches = (tuple(torch.nn.functional.pad(t, (0, width - t.size(1))) for t in pair) for pair in batches)
         return batches if self.device.type == "cpu" else on_device(list(batches), self.device)
 
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -105,8 +105,7 @@ def _why(e: OSError) -> str:
 
 def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
     """`path`, if it is a regular file (or a symlink to one) this process can read; else a one-line UserError
-    naming `flag` and the cause, then `hint`: not found, a name too long, a loop, a folder, a FIFO or a
-    device (a FIFO without a writer would block the read forever), or no permission to read."""
+    naming `flag`, the cause, then `hint` (a FIFO is refused: without a writer it would block the read forever)."""
     try:
         mode = os.stat(path).st_mode
         cause = "" if stat.S_ISREG(mode) else f"is {_file_kind(mode)}, not a regular file"
@@ -121,11 +120,8 @@ def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
 
 
 def write_target(path: str | Path, flag: str = "") -> Path:
-    """The file a write to `path` replaces: `path`, or through a symlink the file it points to.
-
-    A UserError naming `flag` when that exists and is not a regular file (a folder, a device such
-    as /dev/null, a FIFO: renaming onto it would replace it with a plain file), or cannot be named.
-    """
+    """The file a write to `path` replaces: `path`, or through a symlink the file it points to. A UserError
+    naming `flag` when that exists but is not a regular file (a rename would replace /dev/null) or cannot be named."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
@@ -141,9 +137,8 @@ def write_target(path: str | Path, flag: str = "") -> Path:
 
 
 def check_output_file(path: str | Path | None, flag: str) -> None:
-    """Fail before any work, not after hours of training, if an output cannot be written at `path`: a
-    one-line UserError naming `flag` for anything write_target refuses, a missing folder or one without
-    write permission, or a name without room for the .ckpt or .json written beside it."""
+    """Fail before any work, not after hours of training, if an output cannot be written at `path` (None: not
+    given): a one-line UserError naming `flag` and the cause, such as no room in the name for a .ckpt beside it."""
     if path is None:
         return
     parent = write_target(path, flag).resolve().parent
@@ -160,7 +155,7 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
 def check_output_dir(path: str | Path, flag: str) -> None:
     """A one-line UserError naming `flag` unless `path` is a folder this process can write in, or one it can
     make: the nearest part that exists is a writable folder, and every name fits the file system."""
-    missing, cause = folders_to_make(path), ""
+    missing = folders_to_make(path)
     folder = missing[-1].parent if missing else Path(path)  # the part that exists; the rest is made
     try:
         mode = os.stat(folder).st_mode
@@ -241,7 +236,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     the rename leaves any previous file intact. A symlink at `path` stays, the regular file it points to is
     replaced (write_target); a new file gets the mode the umask gives, a replaced one keeps its mode."""
     target = write_target(path)
-    parent = target.parent if str(target.parent) else Path(".")
+    parent = target.parent
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
     for stale in stale_temporaries(target):
         stale.unlink(missing_ok=True)
@@ -338,11 +333,10 @@ def torch_load_safe(path: str | Path, flag: str = "") -> object:
             if hashlib.sha256(payload).hexdigest() == obj["sha256"]:
                 return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
             why = "damaged: its bytes do not match the SHA-256 it was written with"
-    except pickle.UnpicklingError as e:
-        why = "refused: it holds objects other than tensors, which could run code"
-        why = why if "weights only" in str(e).lower() else "not a file written by torch.save, or a damaged one"
-    except Exception:  # noqa: BLE001 - any other failure here is a bad file, not a bug
+    except Exception as e:  # noqa: BLE001 - any failure here is a bad file, not a bug
         why = "not a file written by torch.save, or a damaged one"
+        if isinstance(e, pickle.UnpicklingError) and "weights only" in str(e).lower():
+            why = "refused: it holds objects other than tensors, which could run code"
     raise UserError(f"{flag} {path}: {why}".lstrip())
 
 
@@ -430,10 +424,8 @@ class Progress:
 
     def update(self, done: int) -> None:
         now = time.monotonic()
-        if self.first is None or done <= self.first[1]:
-            self.first = self.first or (now, done)
-            return
-        if now - self.printed < self.every or done >= self.total:
+        self.first = self.first or (now, done)
+        if done <= self.first[1] or now - self.printed < self.every or done >= self.total:
             return
         self.printed = now
         left = (now - self.first[0]) / (done - self.first[1]) * (self.total - done)

@@ -131,13 +131,12 @@ def test_the_tensorboard_folders_of_a_whole_pipeline_tell_its_steps_apart(tiny_c
     finetune("vanilla", tiny_corpus, tiny_train_tsv, "reader.params", "pt.params", 2, "--recite", *tb)
     for params in ("scratch.params", "ft.params", "reader.params"):
         evaluate("vanilla", tiny_corpus, params, tiny_dev_tsv, f"{params}.dev", *tb)
-    evaluate("vanilla", tiny_corpus, "ft.params", tiny_dev_tsv, "ensemble.dev", "--ensemble_params", "ft.params", *tb)
     stem = tiny_dev_tsv.stem
     roles = {re.sub(r"_seed0_\d{8}-\d{6}(-\d+)?$", "", p.name) for p in Path("expt/pipeline").iterdir()}
     assert roles == {
         "run_vanilla_pretrain", "run_vanilla_finetune-scratch", "run_vanilla_finetune", "run_vanilla_reader",
         f"run_vanilla_evaluate-scratch-{stem}", f"run_vanilla_evaluate-direct-{stem}",
-        f"run_vanilla_evaluate-recite-{stem}", f"run_vanilla_evaluate-ensemble-{stem}",
+        f"run_vanilla_evaluate-recite-{stem}",
     }  # fmt: skip
 
 
@@ -695,43 +694,6 @@ def test_an_unreadable_params_file_is_a_one_line_error_without_pytorchs_message(
     assert evaluate("vanilla", tiny_corpus, "cut.params", tiny_dev_tsv, "x.p") == 2
     err = one_line_error(capsys, "cut.params")
     assert "PytorchStreamReader" not in err and "zip" not in err
-
-
-def test_ensemble_takes_each_questions_most_confident_answer(tiny_corpus, tiny_train_tsv, capsys):
-    from bench.research import read_scores_tsv
-
-    finetune("vanilla", tiny_corpus, tiny_train_tsv, "a.params", None, 30, "--batch_size", "4", "--finetune_lr", "3e-3")
-    finetune("rope", tiny_corpus, tiny_train_tsv, "b.params", None, 30, "--batch_size", "4", "--seed", "1")
-    assert evaluate("vanilla", tiny_corpus, "a.params", tiny_train_tsv, "a.p", "--scores_path", "a.tsv") == 0
-    assert evaluate("rope", tiny_corpus, "b.params", tiny_train_tsv, "b.p", "--scores_path", "b.tsv") == 0
-    a, b = read_scores_tsv("a.tsv"), read_scores_tsv("b.tsv")
-    capsys.readouterr()
-    ensemble = ("--ensemble_params", "a.params", "--scores_path", "e.tsv")
-    assert evaluate("rope", tiny_corpus, "b.params", tiny_train_tsv, "e.p", *ensemble) == 0
-    out = capsys.readouterr().out
-    assert "ensemble of 2 models" in out and "a.params: Correct:" in out and "b.params: Correct:" in out
-    expected = [y.answer if y.mean_logprob >= x.mean_logprob else x.answer for x, y in zip(a, b, strict=True)]
-    assert [s.answer for s in read_scores_tsv("e.tsv")] == expected
-    assert Path("e.p").read_text(encoding="utf-8").splitlines() == expected
-
-
-def test_ensemble_params_without_a_sidecar_are_a_one_line_error(tiny_corpus, tiny_dev_tsv, capsys):
-    pretrain("vanilla", tiny_corpus, "a.params")
-    pretrain("vanilla", tiny_corpus, "b.params")
-    Path("b.params.json").unlink()
-    capsys.readouterr()
-    assert evaluate("vanilla", tiny_corpus, "a.params", tiny_dev_tsv, "x.p", "--ensemble_params", "b.params") == 2
-    one_line_error(capsys, "b.params: needs its sidecar")
-
-
-def test_an_ensemble_member_whose_sidecar_gives_no_heads_is_a_one_line_error(tiny_corpus, tiny_dev_tsv, capsys):
-    pretrain("vanilla", tiny_corpus, "a.params")
-    pretrain("vanilla", tiny_corpus, "b.params")
-    side = json.loads(Path("b.params.json").read_text(encoding="utf-8"))
-    Path("b.params.json").write_text(json.dumps({**side, "n_head": 0}), encoding="utf-8")
-    capsys.readouterr()
-    assert evaluate("vanilla", tiny_corpus, "a.params", tiny_dev_tsv, "x.p", "--ensemble_params", "b.params") == 2
-    one_line_error(capsys, "b.params: its sidecar gives n_head 0")
 
 
 def test_params_sidecar_records_dropout(tiny_corpus):

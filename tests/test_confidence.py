@@ -23,7 +23,6 @@ from confidence import (
     coverage_auc,
     evaluation_summary,
     expected_calibration_error,
-    person_name,
     score_answers,
     scores_tsv,
 )
@@ -31,6 +30,7 @@ from config import BLOCK_SIZE, build_model
 from dataset import MASK_CHAR, CharCorruptionDataset, Question, read_questions, read_text
 from decode import predict
 from model import GPT
+from recite import person_name
 
 CPU = torch.device("cpu")
 

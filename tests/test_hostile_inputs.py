@@ -229,14 +229,6 @@ def test_a_reader_cannot_recite_for_a_new_reader(tiny_corpus, tiny_train_tsv, ca
     assert not Path("r2.params").exists()
 
 
-def test_a_reader_cannot_join_an_ensemble_of_direct_answers(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
-    params = reader(tiny_corpus, tiny_train_tsv)
-    direct = finetuned(tiny_corpus, tiny_train_tsv)
-    capsys.readouterr()
-    refused(capsys, evaluate(tiny_corpus, direct, tiny_dev_tsv, "--ensemble_params", params),
-            f"{params} is a recite reader; --ensemble_params combines direct answers only")  # fmt: skip
-
-
 def test_finetuning_directly_from_a_reader_says_so_and_records_where_it_started(tiny_corpus, tiny_train_tsv, capsys):
     params = reader(tiny_corpus, tiny_train_tsv)
     capsys.readouterr()
@@ -244,14 +236,6 @@ def test_finetuning_directly_from_a_reader_says_so_and_records_where_it_started(
     assert f"note: {params} is a recite reader" in capsys.readouterr().out
     side = json.loads(Path("direct.params.json").read_text(encoding="utf-8"))
     assert side["config"]["reading_params_path"] == params and "parent_sha256" in side and "protocol" not in side
-
-
-def test_every_ensemble_params_flag_adds_its_models(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
-    names = [finetuned(tiny_corpus, tiny_train_tsv, f"m{i}.params", "--seed", i) for i in range(3)]
-    capsys.readouterr()
-    argv = evaluate(tiny_corpus, names[0], tiny_dev_tsv, "--ensemble_params", names[1], "--ensemble_params", names[2])
-    assert run.main([str(a) for a in argv]) == 0
-    assert "ensemble of 3 models" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------

@@ -257,16 +257,6 @@ def test_asking_a_reader_a_question_without_a_person_is_one_line_and_exit_2(tiny
     assert err.count("\n") == 1 and "names no person" in err
 
 
-def test_a_reader_cannot_join_an_ensemble(tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys):
-    assert pretrain_and_read(tiny_corpus, tiny_train_tsv) == 0
-    capsys.readouterr()
-    code = cli("evaluate", "vanilla", tiny_corpus, "--reading_params_path", "reader.params", *TINY_MODEL,
-               "--eval_corpus_path", tiny_dev_tsv, "--outputs_path", "dev.predictions",
-               "--ensemble_params", "pt.params")  # fmt: skip
-    assert code == 2
-    assert "is a recite reader; --ensemble_params combines direct answers only" in capsys.readouterr().err
-
-
 def test_a_copying_reader_answers_only_with_a_span_of_its_recitation(tiny_corpus):
     vocab = CharCorruptionDataset(read_text(tiny_corpus), 128).vocab
     texts = ["Ada Lovelace. Born in London", "Carl Gauss. Born in Brunswick"]

@@ -274,8 +274,8 @@ def test_a_smoke_runs_command_names_every_setting_that_differs_from_a_full_run(t
 def test_every_step_says_how_many_are_done_and_the_time_so_far(tmp_path):
     out, _ = fake_run(tmp_path, VARIANTS="vanilla rope")
     done = [line for line in out.splitlines() if line.startswith("run.sh: step ")]
-    assert len(done) == 3 + 7 * 2 + 1
-    assert done[0].startswith("run.sh: step 1 of 18 done (london, ") and "min so far" in done[-1]
+    assert len(done) == 3 + 7 * 2  # london, two from scratch, seven per variant
+    assert done[0].startswith("run.sh: step 1 of 17 done (london, ") and "min so far" in done[-1]
 
 
 def test_a_run_without_a_plan_says_how_long_it_takes_once_its_first_variant_is_done(tmp_path):
@@ -284,7 +284,7 @@ def test_a_run_without_a_plan_says_how_long_it_takes_once_its_first_variant_is_d
     said = [
         i for i, line in enumerate(lines) if line.startswith("run.sh: at the pace of vanilla's steps the whole run")
     ]
-    assert len(said) == 1 and lines[said[0] - 1].startswith("run.sh: step 10 of 18 done (vanilla_recite_test, ")
+    assert len(said) == 1 and lines[said[0] - 1].startswith("run.sh: step 10 of 17 done (vanilla_recite_test, ")
 
 
 def test_all_steps_of_one_run_log_into_one_tensorboard_folder(tmp_path):
