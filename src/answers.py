@@ -54,12 +54,15 @@ def evaluate(
     predictions = predict(model, vocab, texts, device, copy=reader is not None)
     scores = score_answers(model, vocab, texts, predictions, device, MAX_ANSWER_CHARS)
     found["seconds"] = time.time() - t0
-    if report_accuracy(questions, predictions):
+    total, correct = score_places(questions, predictions)
+    if total:  # the handout's line, then the selective metrics
+        print(f"Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
         found |= evaluation_summary(questions, predictions, scores)
         print(format_summary(found))
     for key, value in found.items():
         writer.add_scalar(f"eval/{key}", value, 0)
-    write_answers(args, entries, scores, found)
+    counts = {"questions": len(questions), "with_places": total, "correct": correct}
+    write_answers(args, entries, scores, counts | found)
     targets = "" if "accuracy" in found else "; no targets provided"
     print(
         f"Predictions written to {args.outputs_path}, what evaluate found to {sidecar_path(args.outputs_path)}{targets}"
@@ -69,15 +72,12 @@ def evaluate(
 
 def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore], found: dict) -> None:
     """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path;
-    `found` (what evaluate measured), the counts and the resolved config in the predictions' sidecar."""
+    `found` (what evaluate counted and measured) and the resolved config in the predictions' sidecar."""
     it = iter(s.answer for s in scores)
     write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
     if args.scores_path is not None:
         write_text_atomic(args.scores_path, scores_tsv(entries, scores))
-    questions = [q for q in entries if q is not None]
-    total, correct = score_places(questions, [s.answer for s in scores])
-    counts = {"questions": len(questions), "with_places": total, "correct": correct}
-    write_json_atomic(sidecar_path(args.outputs_path), {**counts, **found, "config": dataclasses.asdict(args)})
+    write_json_atomic(sidecar_path(args.outputs_path), {**found, "config": dataclasses.asdict(args)})
 
 
 def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:
@@ -118,14 +118,6 @@ def recitations(
     texts = recite.recite(reciter, vocab, questions, chars, device, source)
     print(f"recited {len(questions)} people with {pretrained} in {time.time() - t0:.1f} s ({chars} characters each)")
     return texts
-
-
-def report_accuracy(questions: list[Question], predictions: list[str]) -> bool:
-    """Print the handout's accuracy line; False when the questions carry no places."""
-    total, correct = score_places(questions, predictions)
-    if total:
-        print(f"Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
-    return total > 0
 
 
 def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:

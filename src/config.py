@@ -269,9 +269,12 @@ def problems(args: RunConfig) -> Iterator[str]:
     commands that require it), then the rules that tie fields together."""
     yield from setting_problems(args)
     for f in fields(args):
-        if args.function in f.metadata["required_by"] and getattr(args, f.name) in (None, ""):
+        value = getattr(args, f.name)
+        if args.function in f.metadata["required_by"] and value in (None, ""):
             what = f"a question after the corpus, {f.metadata['help']}" if f.name == "question" else f"--{f.name}"
             yield f"{args.function} needs {what}"
+        elif value == "" and f.metadata["kind"] not in ("", "text"):  # a path: "" would name the current folder
+            yield f"{f.name if f.metadata.get('positional') else '--' + f.name} is empty; give a path"
     a = args
     if a.n_embd % a.n_head:
         yield f"--n_embd {a.n_embd} must be divisible by --n_head {a.n_head}"

@@ -88,16 +88,14 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
     """No output of a command, nor a file written beside one (its .json sidecar, a params' .ckpt), may be
     one of its inputs (its data files, params with their sidecars), another output or the TensorBoard
     folder; the files written beside the outputs must be writable too (check_args checked the outputs)."""
-    params = {"--reading_params_path": args.reading_params_path}
-    inputs = {**data_files(args), **params, **{f"{flag}'s sidecar": sidecar_path(p) for flag, p in params.items() if p}}
-    outputs = {"--outputs_path": args.outputs_path, "--scores_path": args.scores_path, "--tb_dir": args.tb_dir}
-    beside = {}
-    if args.writing_params_path is not None:
-        outputs["--writing_params_path"] = args.writing_params_path
-        beside |= {"--writing_params_path's sidecar": sidecar_path(args.writing_params_path),
-                   "--writing_params_path's checkpoint": f"{args.writing_params_path}.ckpt"}  # fmt: skip
-    if args.outputs_path is not None:
-        beside["--outputs_path's sidecar"] = sidecar_path(args.outputs_path)
+    read, written, outputs_path = args.reading_params_path, args.writing_params_path, args.outputs_path
+    inputs = {**data_files(args), "--reading_params_path": read}
+    inputs["--reading_params_path's sidecar"] = read and sidecar_path(read)
+    outputs = {"--outputs_path": outputs_path, "--scores_path": args.scores_path, "--tb_dir": args.tb_dir,
+               "--writing_params_path": written}  # fmt: skip
+    beside = {"--writing_params_path's sidecar": written and sidecar_path(written),
+              "--writing_params_path's checkpoint": written and f"{written}.ckpt",
+              "--outputs_path's sidecar": outputs_path and sidecar_path(outputs_path)}  # fmt: skip
     refuse_same_file(outputs | beside, inputs)
     for flag, output in beside.items():  # before any work, not after hours of training
         check_output_file(output, flag)

@@ -116,6 +116,13 @@ def test_a_legal_long_output_name_trains_and_writes_its_files(tiny_corpus):
     assert Path(name).is_file() and Path(f"{name}.json").is_file()
 
 
+@pytest.mark.parametrize("flag", ["--reading_params_path", "--scores_path", "--tb_dir"])
+def test_an_empty_path_is_refused_before_any_work(tiny_corpus, tiny_dev_tsv, capsys, flag):
+    argv = pretrain(tiny_corpus) if flag == "--reading_params_path" else evaluate(tiny_corpus, "x", tiny_dev_tsv)
+    refused(capsys, [*argv, flag, ""], f"{flag} is empty; give a path")
+    assert nothing_written("pt.params", "out.predictions")
+
+
 @pytest.mark.parametrize("role", ["corpus", "eval corpus", "output"])
 def test_a_symlink_loop_is_a_one_line_error(tiny_corpus, tiny_dev_tsv, tiny_train_tsv, capsys, role):
     Path("loop").symlink_to("loop")
