@@ -239,12 +239,9 @@ def todays_table() -> str:
     GPU), a row per run and protocol, a column per kind of machine, each cell the mean dev % over n seeds."""
     cells: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in result_rows():
-        # run.sh's ensemble of the variants' direct answers ended with recite (RESEARCH.md, section 12)
-        if (
-            row.get("source") in ("run.sh", "gpu_check")
-            and row["recipe"] in ("cpu", "handout")
-            and row["run"] != "ensemble"
-        ):
+        if row["run"] == "ensemble":  # run.sh ran it until recite superseded it (RESEARCH.md, section 12)
+            continue
+        if row.get("source") in ("run.sh", "gpu_check") and row["recipe"] in ("cpu", "handout"):
             machine = re.sub(r" \(\d+ runs sharing it\)", "", plain(row["machine"]))
             machine += ", handout recipe" if row["source"] == "gpu_check" else ", cpu recipe"
             cells[(row["protocol"] != "direct", ORDER.index(row["run"]), row["run"])][machine].append(row)

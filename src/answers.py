@@ -135,6 +135,7 @@ def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torc
     answer = predict(model, vocab, [prompt], device, copy=reader is not None)[0]
     (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
     if reader is not None:
-        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {score.confidence:.3g} per character)")
+        per_character = math.exp(score.mean_logprob)
+        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {per_character:.3g} per character)")
     alternatives = beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS, copy=reader is not None)
     print(format_ask(question, score, alternatives))

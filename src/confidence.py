@@ -35,11 +35,6 @@ class AnswerScore:
     mean_logprob: float
     tokens: int
 
-    @property
-    def confidence(self) -> float:
-        """exp(mean_logprob): the geometric-mean probability per character, in (0, 1]."""
-        return math.exp(self.mean_logprob)
-
 
 # ---------------------------------------------------------------------------
 # Scoring and beam search

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from utils import UserError, check_input
+from utils import UserError, check_input, crop_width
 
 PAD_CHAR = "\u25a1"  # □, id 0; ignored by the loss
 MASK_CHAR = "\u2047"  # ⁇, id 1; marks the start of a masked span and of an answer
@@ -100,12 +100,12 @@ class BatchedDataset(Dataset):
         return len(self.data)
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop_multiple: int = 8
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of shifted (x, y) batches (B, T), every example once (see ORDERS for `order`).
 
-        Each batch is cropped to its longest example, rounded up to a multiple of `crop_multiple`:
-        PAD targets are ignored by the loss, so this changes no loss, only the work done.
+        Each batch is cropped to its longest example (utils.crop_width): PAD targets are ignored by the
+        loss, so this changes no loss, only the work done.
         """
         if order not in ORDERS:
             raise ValueError(f"unknown order {order!r}")
@@ -120,9 +120,7 @@ class BatchedDataset(Dataset):
         for s in starts:
             idx = rows[s : s + batch_size]
             # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
-            # Rounded up to a multiple of 8: 16 tensor shapes instead of ~110 keep the CPU allocator
-            # from fragmenting: without it memory grew every step and steps slowed (bench/RESEARCH.md).
-            width = min(ids.shape[1] - 1, -(-(int(real_len[idx].max()) - 1) // crop_multiple) * crop_multiple)
+            width = crop_width(int(real_len[idx].max()) - 1, ids.shape[1] - 1)
             yield torch.from_numpy(ids[idx, :width]), torch.from_numpy(targets[idx, 1 : width + 1])
 
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from machine import autocast
 from optim import make_optimizer
-from utils import rng_states, set_rng_states, torch_save_atomic
+from utils import crop_width, rng_states, set_rng_states, torch_save_atomic
 
 # Losses are read from the device every this many steps: reading one waits for the step to finish.
 LOSS_EVERY = 16
@@ -236,7 +236,7 @@ class Trainer:
 
     def micro_batches(self, x: torch.Tensor, y: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor, Any]]:
         """(x, y, share of the targets) parts of a batch x, y (B, T): all of it, or with config.micro_batch its
-        rows grouped by where their targets end, each group cropped there (to a multiple of 8): the loss must
+        rows grouped by where their targets end, each group cropped there (utils.crop_width): the loss must
         be a mean over the targets that are not 0 (PAD), as GPT's is, and the model causal."""
         size = self.config.micro_batch
         if not size or size >= len(x) or self.config.compile:
@@ -245,7 +245,7 @@ class Trainer:
         ends = torch.where(targets.any(1), y.size(1) - targets.flip(1).int().argmax(1), 0)  # (B,) last target + 1
         parts, total = [], targets.sum()
         for rows in torch.argsort(ends, stable=True).split(size):
-            width = min(y.size(1), -(-int(ends[rows].max()) // 8) * 8)
+            width = crop_width(int(ends[rows].max()), y.size(1))
             count = targets[rows, :width].sum()
             if count:  # a part without targets adds nothing (and its mean loss would be NaN)
                 parts.append((x[rows, :width], y[rows, :width], count / total))

@@ -396,6 +396,13 @@ def find_data_file(name: str | Path, flag: str) -> Path:
     return check_input(path, flag, " (run the data step: python data/get_data.py)" if missing else "")
 
 
+def crop_width(used: int, width: int) -> int:
+    """The width a batch is cropped to: its `used` positions rounded up to a multiple of 8, at most `width`.
+    16 tensor shapes instead of ~110 keep the CPU allocator from fragmenting: cropped to exact widths, memory grew
+    every step and steps slowed (bench/RESEARCH.md)."""
+    return min(width, -(-used // 8) * 8)
+
+
 def plural(n: int, word: str) -> str:
     """'1 epoch', '2 epochs'."""
     return f"{n} {word}{'s' if n != 1 else ''}"
