@@ -338,7 +338,10 @@ def test_new_params_beside_an_old_sidecar_are_refused_as_a_pair_a_kill_split(tin
 def test_ctrl_c_while_run_py_starts_exits_130_without_a_traceback(tiny_corpus):
     cmd = [sys.executable, str(Path(run.__file__)), *[str(a) for a in pretrain(tiny_corpus)]]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)  # inside `import torch`, or soon after
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.monotonic() + 60
+    while "libtorch" not in maps.read_text():  # past run.py's first lines, inside `import torch`: not a fixed sleep
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err
