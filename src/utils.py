@@ -141,7 +141,7 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
     given): a one-line UserError naming `flag` and the cause, such as no room in the name for a .ckpt beside it."""
     if path is None:
         return
-    parent = write_target(path, flag).resolve().parent
+    parent = write_target(path, flag).parent  # as the system reads it: "x/../p" needs a folder x
     name = len(os.fsencode(Path(path).name))
     cause = "" if os.path.isdir(parent) else f"folder {parent} does not exist"
     if not cause and not os.access(parent, os.W_OK | os.X_OK):

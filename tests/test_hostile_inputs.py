@@ -116,6 +116,13 @@ def test_a_legal_long_output_name_trains_and_writes_its_files(tiny_corpus):
     assert Path(name).is_file() and Path(f"{name}.json").is_file()
 
 
+def test_an_output_through_a_missing_folder_and_back_is_refused_before_training(tiny_corpus, capsys):
+    # "missing/.." resolves to this folder, but the system cannot open a path through a folder that is not there
+    refused(capsys, [*pretrain(tiny_corpus)[:3], "--writing_params_path", "missing/../pt.params", *TINY_MODEL],
+            "--writing_params_path missing/../pt.params: folder missing/.. does not exist")  # fmt: skip
+    assert nothing_written("pt.params")
+
+
 @pytest.mark.parametrize("flag", ["--reading_params_path", "--scores_path", "--tb_dir"])
 def test_an_empty_path_is_refused_before_any_work(tiny_corpus, tiny_dev_tsv, capsys, flag):
     argv = pretrain(tiny_corpus) if flag == "--reading_params_path" else evaluate(tiny_corpus, "x", tiny_dev_tsv)
