@@ -562,7 +562,9 @@ def test_train_into_a_folder_without_write_permission_is_refused_before_training
     locked.mkdir()
     locked.chmod(0o555)  # refused for a user; root passes it, so os.access answers as for a user
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked.resolve() and real_access(p, mode, **kw))
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: Path(p).resolve() != locked.resolve() and real_access(p, mode, **kw)
+    )
     assert main(train_argv(locked / "a.params")) == 2
     err = capsys.readouterr().err
     assert one_line_error(err) and "is not writable" in err

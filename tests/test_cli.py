@@ -343,7 +343,7 @@ def test_an_output_folder_without_write_permission_is_refused_before_training(ti
     locked.chmod(0o555)  # refused for a user; root passes it, so os.access answers as for a user
     real_access = os.access
     monkeypatch.setattr(
-        os, "access", lambda p, mode, **kw: False if Path(p) == locked.resolve() else real_access(p, mode, **kw)
+        os, "access", lambda p, mode, **kw: Path(p).resolve() != locked.resolve() and real_access(p, mode, **kw)
     )
     assert pretrain("vanilla", tiny_corpus, "locked/pt.params") == 2
     one_line_error(capsys, "--writing_params_path locked/pt.params", "is not writable")
