@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: checkpoint written to {e}; to continue: {resume}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
-        print("interrupted before training started; nothing to resume", file=sys.stderr)
+        print("interrupted before the command finished; nothing to resume", file=sys.stderr)
         return 130
     return 0
 

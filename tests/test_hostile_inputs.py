@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
+import answers
 import logs
 import run
 import utils
@@ -340,6 +342,22 @@ def test_new_params_beside_an_old_sidecar_are_refused_as_a_pair_a_kill_split(tin
         evaluate(tiny_corpus, params, tiny_train_tsv),
         f"{params}: damaged or replaced: its bytes do not match the SHA-256 its sidecar {params}.json records",
     )
+
+
+def test_ctrl_c_while_evaluating_writes_nothing_and_says_so(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, monkeypatch
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(answers, "predict", interrupted)
+    shutil.rmtree("expt")
+    capsys.readouterr()
+    assert run.main([str(a) for a in evaluate(tiny_corpus, params, tiny_dev_tsv)]) == 130
+    assert capsys.readouterr().err == "interrupted before the command finished; nothing to resume\n"
+    assert nothing_written("out.predictions", "out.predictions.json")
 
 
 def test_ctrl_c_while_run_py_starts_exits_130_without_a_traceback(tiny_corpus):
