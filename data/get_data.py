@@ -74,6 +74,9 @@ def place(source: Path, dest: Path = DATA_DIR) -> tuple[list[str], list[str]]:
         dst = destination(name, dest)
         if dst.is_file() and sha256(dst) == digest:
             continue
+        if dst.is_symlink() or (dst.exists() and not dst.is_file()):  # a user's link, a folder: never replaced
+            problems.append(f"{dst}: not the course file (a link or not a regular file); remove it and rerun")
+            continue
         src = source_file(source, name)
         if src is None:
             missing.append(name)
@@ -83,8 +86,11 @@ def place(source: Path, dest: Path = DATA_DIR) -> tuple[list[str], list[str]]:
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        finally:  # a failed copy (a full disk) leaves no temporary behind
+            tmp.unlink(missing_ok=True)
         print(f"placed {dst}")
     return problems, missing
 
@@ -123,15 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="only verify the files already in data/")
     p.add_argument("--dest", type=Path, default=DATA_DIR, help="where to place the files (default: this data/ folder)")
     args = p.parse_args(argv)
-    if args.check:
-        problems, missing = check(args.dest)
-        errors, notes = missing_report(missing, args.dest, "run python data/get_data.py")
-    else:
-        problems, missing = place(args.source, args.dest)
-        fix = "put them in a folder (flat or in cs224n-a5/) and set BIRTHPLACE_DATA_DIR or --source to it"
-        errors, notes = missing_report(missing, args.source, fix)
-        if not problems and not errors:
-            problems, _ = check(args.dest)
+    if args.dest.exists() and not args.dest.is_dir():
+        print(f"error: --dest {args.dest} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        if args.check:
+            problems, missing = check(args.dest)
+            errors, notes = missing_report(missing, args.dest, "run python data/get_data.py")
+        else:
+            problems, missing = place(args.source, args.dest)
+            fix = "put them in a folder (flat or in cs224n-a5/) and set BIRTHPLACE_DATA_DIR or --source to it"
+            errors, notes = missing_report(missing, args.source, fix)
+            if not problems and not errors:
+                problems, _ = check(args.dest)
+    except OSError as e:  # an unreadable source, a folder that cannot be written, a full disk
+        print(f"error: {e.filename or args.dest}: {e.strerror or e}", file=sys.stderr)
+        return 2
     for note in notes:
         print(f"note: {note}")
     for problem in problems + errors:

@@ -100,3 +100,30 @@ def test_shipped_checksums_list_the_five_course_files():
         "cs224n-a5/birth_test_inputs.tsv",
         "tinyshakespeare/input.txt",
     }
+
+
+def test_a_dest_that_is_not_a_folder_is_one_line(fake_source, tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine\n")
+    assert get_data.main(["--source", str(fake_source), "--dest", str(tmp_path / "afile")]) == 2
+    assert capsys.readouterr().err == f"error: --dest {tmp_path / 'afile'} is not a folder\n"
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_users_link_in_dest_is_never_replaced(fake_source, tmp_path, capsys):
+    dest = tmp_path / "data"
+    dest.mkdir()
+    (tmp_path / "my_wiki.txt").write_text("my own corpus\n")
+    (dest / "wiki.txt").symlink_to(tmp_path / "my_wiki.txt")
+    assert get_data.main(["--source", str(fake_source), "--dest", str(dest)]) == 2
+    assert "wiki.txt: not the course file (a link or not a regular file)" in capsys.readouterr().err
+    assert (dest / "wiki.txt").is_symlink() and (tmp_path / "my_wiki.txt").read_text() == "my own corpus\n"
+
+
+def test_a_copy_that_fails_is_one_line(fake_source, tmp_path, capsys, monkeypatch):
+    def denied(src, dst):
+        raise PermissionError(13, "Permission denied", str(dst))
+
+    monkeypatch.setattr(shutil, "copyfile", denied)
+    assert get_data.main(["--source", str(fake_source), "--dest", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Permission denied" in err
