@@ -269,12 +269,9 @@ def problems(args: RunConfig) -> Iterator[str]:
     commands that require it), then the rules that tie fields together."""
     yield from setting_problems(args)
     for f in fields(args):
-        value = getattr(args, f.name)
-        if args.function in f.metadata["required_by"] and value in (None, ""):
+        if args.function in f.metadata["required_by"] and getattr(args, f.name) in (None, ""):
             what = f"a question after the corpus, {f.metadata['help']}" if f.name == "question" else f"--{f.name}"
             yield f"{args.function} needs {what}"
-        elif value == "" and f.metadata["kind"] not in ("", "text"):  # a path: "" would name the current folder
-            yield f"{f.name if f.metadata.get('positional') else '--' + f.name} is empty; give a path"
     a = args
     if a.n_embd % a.n_head:
         yield f"--n_embd {a.n_embd} must be divisible by --n_head {a.n_head}"
@@ -304,5 +301,8 @@ def check_args(args: RunConfig) -> None:
     rules = {"input": check_input, "data": find_data_file, "output": check_output_file, "output_dir": check_output_dir}
     for f in fields(args):
         path, rule = getattr(args, f.name), rules.get(f.metadata["kind"])
-        if path and rule:
-            rule(path, f.name if f.metadata.get("positional") else f"--{f.name}")
+        flag = f.name if f.metadata.get("positional") else f"--{f.name}"
+        if rule and path == "":  # "" would name the current folder
+            raise UserError(f"{flag} is empty; give a path")
+        if rule and path is not None:
+            rule(path, flag)

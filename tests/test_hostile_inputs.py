@@ -127,7 +127,10 @@ def test_an_output_through_a_missing_folder_and_back_is_refused_before_training(
 
 @pytest.mark.parametrize("flag", ["--reading_params_path", "--scores_path", "--tb_dir"])
 def test_an_empty_path_is_refused_before_any_work(tiny_corpus, tiny_dev_tsv, capsys, flag):
-    argv = pretrain(tiny_corpus) if flag == "--reading_params_path" else evaluate(tiny_corpus, "x", tiny_dev_tsv)
+    # any readable file stands for the params: the empty path is refused before they are read
+    argv = (
+        pretrain(tiny_corpus) if flag == "--reading_params_path" else evaluate(tiny_corpus, tiny_dev_tsv, tiny_dev_tsv)
+    )
     refused(capsys, [*argv, flag, ""], f"{flag} is empty; give a path")
     assert nothing_written("pt.params", "out.predictions")
 
