@@ -146,23 +146,12 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.value(x_kv))
         return self.attend_projected(q, k, v, mask)
 
-    def forward_cached(self, x_q: torch.Tensor, x_kv: torch.Tensor, cache: KVCache, q_positions: torch.Tensor):
-        """Decoding: append x_kv's keys/values to `cache`, then attend from x_q.
-
-        x_kv (B, Tk, C) holds each row's next entries; x_q (B, Tq, C) sits at q_positions (B, Tq) and sees its row's
-        cached positions <= its own. Returns (B, Tq, C).
-        """
-        q = self.split_heads(self.query(x_q))
-        k, v = cache.write(self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv)))
-        return self.attend_projected(q, k, v, cache.visible(q_positions))
-
 
 class CausalSelfAttention(MultiHeadAttention):
     """Masked self-attention: position i sees positions <= i.
 
-    forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds only the new positions of each row; their
-    keys and values are written to the cache and each query sees its row's cached positions up to its own (batched
-    greedy decoding, rows of different lengths).
+    forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds the next T positions, after the cached
+    ones: their keys and values are added to the cache and each query sees the cached positions up to its own.
 
     rope=True (the 2024 handout's variant): queries and keys are rotated by their positions (`rotate`) before they meet,
     and the angles are kept in the persistent buffer `rope_cache` as the handout keeps them.
@@ -187,79 +176,52 @@ class CausalSelfAttention(MultiHeadAttention):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         q, k, v = (self.split_heads(layer(x)) for layer in (self.query, self.key, self.value))
-        if cache is None:
-            T = x.size(1)
-            if self.rope:
-                q, k = rotate(q, self.rope_cache[:T]), rotate(k, self.rope_cache[:T])
-            return self.attend_projected(q, k, v, self.mask[:, :, :T, :T].bool())
-        # (positions past the capacity only happen in the perceiver; see KVCache)
-        positions = cache.positions(x.size(0), x.size(1), x.device).clamp(max=cache.capacity - 1)  # (B, T)
+        start = cache.length if cache is not None else 0
+        end = start + x.size(1)
         if self.rope:
-            table = self.rope_cache[positions][:, None]  # (B, 1, T, hs/2, 2): each row at its own positions
-            q, k = rotate(q, table), rotate(k, table)
-        k, v = cache.write(k, v)
-        return self.attend_projected(q, k, v, cache.visible(positions))
+            q, k = rotate(q, self.rope_cache[start:end]), rotate(k, self.rope_cache[start:end])
+        if cache is not None:
+            k, v = cache.write(k, v)
+        return self.attend_projected(q, k, v, self.mask[:, :, start:end, :end].bool())
 
 
 class CausalCrossAttention(MultiHeadAttention):
     """Cross-attention that keeps the causal rule: query i sees keys j <= i.
 
-    forward(x_kv (B, Tk, C), x_q (B, Tq, C)) -> (B, Tq, C). Used by the perceiver's down-projection (queries: the
-    learned basis) and up-projection (queries: the input positions). The argument order follows the handout.
+    forward(x_kv (B, Tk, C), x_q (B, Tq, C), cache=None, q_start=0) -> (B, Tq, C). Used by the perceiver's
+    down-projection (queries: the learned basis) and up-projection (queries: the input positions). The argument order
+    follows the handout. Decoding: x_kv's keys and values are added to the `cache`, the queries sit at positions
+    q_start, q_start + 1, ... and see the cached keys.
     """
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
         self.register_buffer("mask", causal_mask(block_size))
 
-    def forward(self, x_kv: torch.Tensor, x_q: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(x_q, x_kv, self.mask[:, :, : x_q.size(1), : x_kv.size(1)].bool())
+    def forward(  # type: ignore[override]
+        self, x_kv: torch.Tensor, x_q: torch.Tensor, cache: KVCache | None = None, q_start: int = 0
+    ) -> torch.Tensor:
+        k, v = self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv))
+        if cache is not None:
+            k, v = cache.write(k, v)
+        mask = self.mask[:, :, q_start : q_start + x_q.size(1), : k.size(2)].bool()
+        return self.attend_projected(self.split_heads(self.query(x_q)), k, v, mask)
 
 
 class KVCache:
-    """Keys and values of the positions decoded so far, for one attention layer.
-
-    Rows may hold different numbers of positions (prompts of different lengths): `lengths` (B,) counts each row's.
-    Storage for `capacity` positions is allocated on the first write, plus one scratch slot: entries that would land at
-    or past the capacity go there, and no query sees it. (Only the perceiver's bottleneck caches, capacity m, ever fill
-    up: input positions past m add no bottleneck position.)
-    """
+    """Keys and values of the positions decoded so far, for one attention layer: `length` positions of every row.
+    Storage for `capacity` positions is allocated on the first write."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.k: torch.Tensor | None = None  # (B, nh, capacity + 1, hs)
+        self.capacity, self.length = capacity, 0
+        self.k: torch.Tensor | None = None  # (B, nh, capacity, hs)
         self.v: torch.Tensor | None = None
-        self.lengths: torch.Tensor | None = None  # (B,) long
-
-    def positions(self, batch: int, new: int, device: torch.device) -> torch.Tensor:
-        """(B, new) positions that the next `new` entries of each row will take."""
-        start = torch.zeros(batch, dtype=torch.long, device=device) if self.lengths is None else self.lengths
-        return start[:, None] + torch.arange(new, device=device)
 
     def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (B, nh, T, hs) at each row's next T positions; return all cached (B, nh, Tk, hs), Tk = longest row."""
-        B, nh, T, hs = k.shape
+        """Store k, v (B, nh, T, hs) at the next T positions; return all cached (B, nh, length, hs)."""
         if self.k is None:
-            self.k = k.new_zeros(B, nh, self.capacity + 1, hs)
-            self.v = v.new_zeros(B, nh, self.capacity + 1, hs)
-        pos = self.positions(B, T, k.device).clamp(max=self.capacity)  # past the end: the scratch slot
-        index = (torch.arange(B, device=k.device)[:, None, None], torch.arange(nh, device=k.device)[None, :, None])
-        self.k.index_put_((*index, pos[:, None, :]), k)  # index_put_, not scatter_: several times faster on CPU
-        self.v.index_put_((*index, pos[:, None, :]), v)
-        self.lengths = (pos[:, -1] + 1).clamp(max=self.capacity)
-        width = int(self.lengths.max())
-        return self.k[:, :, :width], self.v[:, :, :width]
-
-    def visible(self, q_positions: torch.Tensor) -> torch.Tensor:
-        """Bool mask (B, 1, Tq, Tk): a query at position p sees the cached positions <= p of its row."""
-        width = int(self.lengths.max())
-        return torch.arange(width, device=q_positions.device)[None, None, None, :] <= q_positions[:, None, :, None]
-
-    def truncate(self, lengths: torch.Tensor) -> None:
-        """Keep only the first lengths[b] positions of row b (at most capacity; the rest get overwritten)."""
-        self.lengths = lengths.to(self.lengths.device).clamp(max=self.capacity)
-
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Drop every row not listed in `rows` (B',): finished rows cost nothing afterwards."""
-        # index_select copies whole rows; k[rows] is a few times slower on CPU
-        self.k, self.v, self.lengths = (t.index_select(0, rows) for t in (self.k, self.v, self.lengths))
+            self.k = k.new_zeros(*k.shape[:2], self.capacity, k.size(-1))
+            self.v = torch.zeros_like(self.k)
+        start, self.length = self.length, self.length + k.size(2)
+        self.k[:, :, start : self.length], self.v[:, :, start : self.length] = k, v
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]

@@ -115,7 +115,7 @@ def beam_search(
         logits, _ = model(x)
         logp = F.log_softmax(logits[:, -1, :].float(), dim=-1)  # (b, V)
         if copy:
-            logp = keep_spans(logp, [prompt[:-1]] * len(live), [ids for ids, _ in live], mask_id)
+            logp = keep_spans(logp, [prompt + ids for ids, _ in live], mask_id)
         top_lp, top_id = logp.topk(min(beam, logp.size(-1)), dim=-1)  # (b, beam)
         candidates: list[tuple[list[int], float]] = []
         for (ids, lp), row_lp, row_id in zip(live, top_lp.tolist(), top_id.tolist(), strict=True):

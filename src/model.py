@@ -9,6 +9,7 @@ handout model and back.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -82,22 +83,13 @@ class DownProjectBlock(nn.Module):
         nn.init.xavier_uniform_(self.C)
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
-    def forward(
-        self, x_input: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None
-    ) -> torch.Tensor:
-        """With a cache (decoding): new inputs (B, T, C) at positions (B, T) -> their bottleneck entries (B, T, C).
-
-        Input position p < m brings bottleneck position p (which sees inputs <= p, all known now); earlier bottleneck
-        positions cannot change. An input past m brings none: its entry here is computed but never used.
-        """
-        if cache is None:
-            m = min(self.C.size(1), x_input.size(1))
-            C = self.C[:, :m].expand(x_input.size(0), -1, -1)
-            x = C + self.attn(x_input, self.ln1(C))
-        else:
-            at = positions.clamp(max=self.C.size(1) - 1)
-            C = self.C[0][at]  # (B, T, C)
-            x = C + self.attn.forward_cached(self.ln1(C), x_input, cache, at)
+    def forward(self, x_input: torch.Tensor, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """With a cache (decoding): new inputs (B, T, C) at positions start.. -> the bottleneck positions they add
+        (B, T', C): input position p < m brings bottleneck position p (which sees inputs <= p, all known now), one
+        past m brings none, and earlier bottleneck positions cannot change."""
+        m = self.C.size(1)
+        C = self.C[:, min(start, m) : min(start + x_input.size(1), m)].expand(x_input.size(0), -1, -1)
+        x = C + self.attn(x_input, self.ln1(C), cache, min(start, m))
         return x + self.mlp(self.ln2(x))
 
 
@@ -109,18 +101,10 @@ class UpProjectBlock(nn.Module):
         super().__init__()
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
-    def forward(
-        self,
-        y: torch.Tensor,
-        x_input: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> torch.Tensor:
-        """With a cache (decoding): new bottleneck entries y and inputs x_input (B, T, C) at positions (B, T)."""
-        if cache is None:
-            x = x_input + self.attn(self.ln1(y), x_input)
-        else:
-            x = x_input + self.attn.forward_cached(x_input, self.ln1(y), cache, positions)
+    def forward(self, y: torch.Tensor, x_input: torch.Tensor, start: int = 0, cache: KVCache | None = None):
+        """With a cache (decoding): the bottleneck positions y (B, T', C) that inputs x_input (B, T, C) at positions
+        start.. added (down-projection)."""
+        x = x_input + self.attn(self.ln1(y), x_input, cache, start)
         return x + self.mlp(self.ln2(x))
 
 
@@ -128,8 +112,8 @@ class GPT(nn.Module):
     """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
 
     The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to block_size; a shorter T computes the same
-    logits for its positions. With `caches` (from new_caches) idx holds the next T tokens of each row, placed after that
-    row's cached positions (fast greedy decoding, every variant).
+    logits for its positions. With `caches` (from new_caches) idx holds the next T tokens of every row, placed after the
+    cached positions (fast greedy decoding, every variant).
     """
 
     def __init__(self, config: GPTConfig):
@@ -167,24 +151,22 @@ class GPT(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, caches: list[KVCache] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        b, t = idx.size()
-        x = self.tok_emb(idx)  # (B, T, C)
-        # With caches each row continues from its own cached length: positions (B, T).
-        positions = None if caches is None else caches[0].positions(b, t, idx.device)
-        end = t if positions is None else int(positions.max()) + 1
+        start = caches[0].length if caches is not None else 0  # with caches, idx continues the cached positions
+        end = start + idx.size(1)
         assert end <= self.config.block_size, "sequence longer than block_size"
+        x = self.tok_emb(idx)  # (B, T, C)
         if self.config.variant != "rope":
-            x = x + (self.pos_emb[:, :t] if positions is None else self.pos_emb[0][positions])  # (1 or B, T, C)
+            x = x + self.pos_emb[:, start:end]
         x = self.drop(x)
         perceiver = self.config.variant == "perceiver"
         if caches is None:  # every layer computes its whole input
             caches = [None] * (len(self.blocks) + 2 * perceiver)
         if perceiver:
             down, *middle, up = caches
-            y = self.down_block(x, positions, down)  # (B, min(m, T), C); with caches the T new bottleneck entries
+            y = self.down_block(x, start, down)  # (B, min(m, T), C); with caches the bottleneck positions x adds
             for block, cache in zip(self.blocks, middle, strict=True):
                 y = block(y, cache)
-            x = self.up_block(y, x, positions, up)  # (B, T, C)
+            x = self.up_block(y, x, start, up)  # (B, T, C)
         else:
             for block, cache in zip(self.blocks, caches, strict=True):
                 x = block(x, cache)
@@ -203,23 +185,26 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         do_sample: bool = False,
         top_k: int | None = None,
-        banned: list[int] | None = None,
+        constrain: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        stop_id: int | None = None,
     ) -> torch.Tensor:
         """Continue each row of idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens), as minGPT's
         generate: the likeliest token, or (do_sample) one drawn from softmax(logits / temperature) among the
-        top_k; never a token of `banned`. Key/value caches while the rows fit the block; past it, every token
-        recomputes the last block_size positions, as the handout's sampler does."""
+        top_k. constrain(logits (B, V), idx so far) may set some logits to -inf first; with `stop_id` it ends
+        early, once every row has produced it. Key/value caches while the rows fit the block; past it, every
+        token recomputes the last block_size positions, as the handout's sampler does."""
         self.eval()
         block = self.config.block_size
         caches = self.new_caches()
+        stopped = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
         for i in range(max_new_tokens):
             if idx.size(1) > block:  # the rows only grow: the caches are not used again
                 logits = self(idx[:, -block:])[0]
             else:
                 logits = self(idx if i == 0 else idx[:, -1:], caches=caches)[0]
             logits = logits[:, -1].float() / temperature  # (B, V)
-            if banned:
-                logits[:, banned] = -math.inf
+            if constrain is not None:
+                logits = constrain(logits, idx)
             if top_k is not None:
                 logits[logits < torch.topk(logits, min(top_k, logits.size(-1)))[0][:, [-1]]] = -math.inf
             if do_sample:
@@ -227,6 +212,10 @@ class GPT(nn.Module):
             else:
                 next_ids = logits.argmax(dim=-1, keepdim=True)
             idx = torch.cat((idx, next_ids), dim=1)
+            if stop_id is not None:
+                stopped |= next_ids[:, 0] == stop_id
+                if stopped.all():
+                    break
         return idx
 
     def new_caches(self) -> list[KVCache]:
