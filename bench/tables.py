@@ -41,6 +41,7 @@ LABELS = {
 }
 # The day the perceiver started computing the handout's blocks: earlier perceiver runs are another model.
 PERCEIVER_FIXED = "2026-11-26"
+ONE_DECODER = "2026-11-28 23:30"  # decoding timed before src/decode.py became one decoder: code gone
 DIRECT = {"protocol": "direct", "ceiling": None, "extra": None}
 # A research run joins the results table from this many pretraining epochs: shorter ones (one-hour
 # budgets, slow hosts, one thread) are not what a two-hour run.sh gives; bench/results/all_runs.md lists them.
@@ -284,7 +285,7 @@ def speed_table() -> str:
             lines.append(
                 f"| {name} | pretraining step, {t['variant']}, batch {t['batch_size']} | {seconds(ref)} | {fast} | {ratio} |"
             )
-        for e in r.get("eval", []):
+        for e in r.get("eval", []) if r.get("date", ONE_DECODER) >= ONE_DECODER else []:  # undated: a test's
             model = "trained" if e["params"] != "untrained" else "untrained (worst case)"
             same = "identical" if e["identical_predictions"] else "DIFFERENT"
             lines.append(

@@ -190,6 +190,14 @@ def test_a_gpu_speed_line_shows_the_compiled_step_with_its_mfu(monkeypatch, tmp_
     )
 
 
+@pytest.mark.parametrize(("date", "shown"), [("2026-11-25 02:51", False), (tables.ONE_DECODER, True)])
+def test_decoding_timed_before_the_one_decoder_is_not_shown(monkeypatch, tmp_path, date, shown):
+    decoding = {"variant": "vanilla", "params": "run/vanilla.finetune.params", "reference_seconds": 100.0,
+                "fast_seconds": 2.0, "identical_predictions": True, "speedup": 50.0}  # fmt: skip
+    logged(monkeypatch, tmp_path, speed={"machine": "a CPU, 2 threads, torch 2.13", "date": date, "eval": [decoding]})
+    assert ("decoding 500 dev questions" in tables.speed_table()) == shown
+
+
 def test_the_readme_stays_a_short_users_guide():
     assert len((REPO_ROOT / "README.md").read_bytes()) <= 15_000
     assert len((REPO_ROOT / "bench" / "RESEARCH.md").read_bytes()) <= 40_000
