@@ -8,7 +8,6 @@ import dataclasses
 import io
 import math
 import time
-from pathlib import Path
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -39,19 +38,22 @@ def evaluate(
     resolved config go to the predictions' JSON sidecar, <outputs_path>.json; `found` is returned."""
     vocab, path = corpus.vocab, locate_data(args.eval_corpus_path)
     entries = read_questions(path, require_place=False)
-    check_questions(entries, vocab, path)
-    load_params(model, vocab, args.reading_params_path)
     questions = [q for q in entries if q is not None]
-    t0, texts, found = time.time(), [q.text for q in questions], {}
-    reader = reader_link(args.reading_params_path)
-    if reader is not None:
-        texts = recitations(args, vocab, questions, reader, device, str(path))
-        share = recite.place_in_recitation(questions, texts)
+    for q in questions:  # each can be asked (dataset.question_problem) in the corpus's vocabulary, before any work
+        if problem := question_problem(q.text, BLOCK_SIZE):
+            raise UserError(f"{path}:{q.line}: the question {problem}")
+        vocab.encode(q.text, where=f"{path}:{q.line}")
+    load_params(model, vocab, args.reading_params_path)
+    t0, found = time.time(), {}
+    recited = recitations(args, vocab, questions, device, str(path))
+    if recited is not None:
+        share = recite.place_in_recitation(questions, recited)
         if not math.isnan(share):
             print(f"the gold place is in {share:.1%} of the recitations (the reader's ceiling); its answers are spans")
             found["place_in_recitation"] = share
+    texts = [q.text for q in questions] if recited is None else recited
     model.to(device)
-    predictions = predict(model, vocab, texts, device, copy=reader is not None)
+    predictions = predict(model, vocab, texts, device, copy=recited is not None)
     scores = score_answers(model, vocab, texts, predictions, device, MAX_ANSWER_CHARS)
     found["seconds"] = time.time() - t0
     total, correct = score_places(questions, predictions)
@@ -80,38 +82,20 @@ def write_answers(args: RunConfig, entries: list[Question | None], scores: list[
     write_json_atomic(sidecar_path(args.outputs_path), {**found, "config": dataclasses.asdict(args)})
 
 
-def check_questions(entries: list[Question | None], vocab: Vocabulary, path: Path) -> None:
-    """A UserError naming file and line for a question that cannot be asked (dataset.question_problem) or
-    has a character outside the vocabulary (None entries are blank lines)."""
-    for q in (q for q in entries if q is not None):
-        if problem := question_problem(q.text, BLOCK_SIZE):
-            raise UserError(f"{path}:{q.line}: the question {problem}")
-        vocab.encode(q.text, where=f"{path}:{q.line}")
-
-
-def reader_link(params_path: str) -> tuple[Path, int] | None:
-    """(the pretrained params, the recitation length) when `params_path` is a recite reader, else None."""
-    side = read_sidecar(params_path) or {}
+def recitations(
+    args: RunConfig, vocab: Vocabulary, questions: list[Question], device: torch.device, source: str
+) -> list[str] | None:
+    """When --reading_params_path is a recite reader: the recollections of the questions' people by the pretrained
+    params its sidecar links (recite.linked_pretrained); else None."""
+    path = args.reading_params_path
+    side = read_sidecar(path) or {}
     if side.get("protocol") != "recite":
         return None
     chars = side.get("recite_chars")
     most = BLOCK_SIZE - recite.ANSWER_ROOM  # as the flag's rule: room for the answer after the recitation
     if not isinstance(chars, int) or isinstance(chars, bool) or not 1 <= chars <= most:
-        raise UserError(f"{params_path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to {most} "
-                        "characters")  # fmt: skip
-    return recite.linked_pretrained(params_path, side), chars
-
-
-def recitations(
-    args: RunConfig,
-    vocab: Vocabulary,
-    questions: list[Question],
-    reader: tuple[Path, int],
-    device: torch.device,
-    source: str,
-) -> list[str]:
-    """The recollections of the questions' people by the pretrained params a reader recites with."""
-    pretrained, chars = reader
+        raise UserError(f"{path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to {most} characters")
+    pretrained = recite.linked_pretrained(path, side)
     reciter = build_model(args, len(vocab))
     load_params(reciter, vocab, str(pretrained))
     t0 = time.time()
@@ -127,15 +111,14 @@ def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torc
     vocab.encode(question, where=f"question {question!r}")
     load_params(model, vocab, args.reading_params_path)
     model.to(device)
-    reader = reader_link(args.reading_params_path)
-    prompt = question
-    if reader is not None:
-        with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
-            (prompt,) = recitations(args, vocab, [Question(question, None, 1)], reader, device, "question")
-    answer = predict(model, vocab, [prompt], device, copy=reader is not None)[0]
+    with contextlib.redirect_stdout(io.StringIO()):  # ask prints only its answer
+        recited = recitations(args, vocab, [Question(question, None, 1)], device, "question")
+    reader = recited is not None
+    prompt = recited[0] if reader else question
+    answer = predict(model, vocab, [prompt], device, copy=reader)[0]
     (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
-    if reader is not None:
+    if reader:
         per_character = math.exp(score.mean_logprob)
         print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {per_character:.3g} per character)")
-    alternatives = beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS, copy=reader is not None)
+    alternatives = beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS, copy=reader)
     print(format_ask(question, score, alternatives))

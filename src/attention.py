@@ -64,18 +64,11 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     return x * (keep.to(x.dtype) * (32768 / (32768 - threshold)))
 
 
-class Dropout(nn.Module):
+class Dropout(nn.Dropout):
     """nn.Dropout computed by `dropout`: (any shape) -> (same shape); identity in eval mode."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p if self.training else 0.0)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
 
 
 def rotary_table(length: int, head_dim: int) -> torch.Tensor:
@@ -112,8 +105,9 @@ def causal_mask(size: int) -> torch.Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with learned projections, no built-in mask.
 
-    forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask bool broadcastable to (B, nh, Tq, Tk) or None) -> (B, Tq, C). Used
-    directly by the AddSub encoder-decoder; the GPT uses the causal subclasses below.
+    forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask bool broadcastable to (B, nh, Tq, Tk) or None, cache=None) ->
+    (B, Tq, C); with a `KVCache`, Tk counts the cached keys too. Used directly by the AddSub encoder-decoder; the GPT
+    uses the causal subclasses below.
     """
 
     def __init__(self, n_embd: int, n_head: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
@@ -140,11 +134,13 @@ class MultiHeadAttention(nn.Module):
         B, nh, Tq, hs = y.shape
         return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, Tq, nh * hs)))
 
-    def forward(self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        q = self.split_heads(self.query(x_q))
-        k = self.split_heads(self.key(x_kv))
-        v = self.split_heads(self.value(x_kv))
-        return self.attend_projected(q, k, v, mask)
+    def forward(
+        self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        k, v = self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv))
+        if cache is not None:  # decoding: x_kv's keys and values join the cached ones, which the queries see
+            k, v = cache.write(k, v)
+        return self.attend_projected(self.split_heads(self.query(x_q)), k, v, mask)
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -201,11 +197,8 @@ class CausalCrossAttention(MultiHeadAttention):
     def forward(  # type: ignore[override]
         self, x_kv: torch.Tensor, x_q: torch.Tensor, cache: KVCache | None = None, q_start: int = 0
     ) -> torch.Tensor:
-        k, v = self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv))
-        if cache is not None:
-            k, v = cache.write(k, v)
-        mask = self.mask[:, :, q_start : q_start + x_q.size(1), : k.size(2)].bool()
-        return self.attend_projected(self.split_heads(self.query(x_q)), k, v, mask)
+        keys = x_kv.size(1) + (cache.length if cache is not None else 0)
+        return super().forward(x_q, x_kv, self.mask[:, :, q_start : q_start + x_q.size(1), :keys].bool(), cache)
 
 
 class KVCache:

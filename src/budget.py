@@ -31,12 +31,11 @@ WARM_STEPS = 5
 
 class Pace:
     """Callbacks: the early estimate, the first epoch's projection and, with `budget_seconds`, the cut-off or (with
-    `fit`) the plan of the run `config` describes. Its state_dict travels in the trainer's checkpoint."""
+    `fit`) the plan of the run `config` describes, kept in the TrainState."""
 
     def __init__(self, config: TrainerConfig, budget_seconds: float | None = None, fit: bool = False):
         self.config, self.budget_seconds = config, budget_seconds
         self.fit = fit and budget_seconds is not None
-        self.fitted = False  # whether the run was planned to the budget yet
         self.reported = False  # the projection (or first plan) of this process is printed once
         self.seen_shapes: set[int] = set()
         self.warm: list[tuple[float, int]] = []  # (seconds, positions) of steps on a seen shape
@@ -47,15 +46,9 @@ class Pace:
         self.steps, self.positions = 0, 0  # steps this process trained, and their positions
         self.threads: ThreadChooser | None = None  # attach() sets it for a planned run on several CPU threads
 
-    def state_dict(self) -> dict:
-        return {"fitted": self.fitted}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.fitted = self.fit and state["fitted"]  # the plan itself is in the TrainState
-
     def on_batch_end(self, s: TrainState) -> None:
         spent = self.budget_seconds is not None and s.seconds >= self.budget_seconds
-        planned_done = self.fitted and s.tokens >= s.final_tokens  # maybe inside an epoch
+        planned_done = self.fit and s.planned and s.tokens >= s.final_tokens  # maybe inside an epoch
         self.cut_off = spent and not planned_done
         s.stop = s.stop or spent or planned_done
         if not self.reported:
@@ -112,9 +105,9 @@ class Pace:
         left = max(0.0, self.budget_seconds * FIT_SHARE - s.seconds)
         held_steps = s.epoch * n_batches + math.floor(left / epoch_seconds * n_batches)
         planned = max(s.epoch * n_batches, min(asked * n_batches, held_steps)) / n_batches
-        was = s.final_tokens / tokens_per_epoch if self.fitted else None
+        was = s.final_tokens / tokens_per_epoch if s.planned else None
         s.max_epochs, s.final_tokens = math.ceil(planned), round(tokens_per_epoch * planned)
-        self.fitted = True
+        s.planned = True
         if was is not None and abs(was - planned) < 1:
             return None
         budget = f"{FIT_SHARE:.0%} of the {self.budget_seconds / 60:g}-minute budget holds {held_steps / n_batches:.1f}"
@@ -151,7 +144,6 @@ def attach(trainer: Trainer, budget_seconds: float | None, fit: bool, threads: i
     pace = Pace(trainer.config, budget_seconds, fit)
     for event in ("on_batch_end", "on_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(pace, event))
-    trainer.saved["pace"] = pace
     if pace.fit and trainer.device.type == "cpu" and torch.get_num_threads() > 1 and not threads:
         pace.threads = ThreadChooser(torch.get_num_threads()).attach(trainer)
     return pace

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from dataset import MASK_CHAR, Question, Vocabulary
-from decode import MAX_ANSWER_CHARS, keep_spans
+from decode import MAX_ANSWER_CHARS, answer_limit, keep_spans
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
@@ -40,11 +41,6 @@ class AnswerScore:
 # Scoring and beam search
 
 
-def answer_limit(prompt_len: int, block_size: int, max_answer_chars: int) -> int:
-    """How many tokens (closing MASK included) decoding may generate after a prompt of prompt_len tokens."""
-    return max(0, min(max_answer_chars, block_size - prompt_len))
-
-
 @torch.no_grad()
 def score_answers(
     model: torch.nn.Module,
@@ -60,26 +56,19 @@ def score_answers(
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     block = model.get_block_size()
-    rows: list[list[int]] = []
-    starts: list[int] = []  # index of the first scored token in each row
+    rows: list[torch.Tensor] = []  # question MASK answer [MASK]: inputs [:-1], next tokens [1:]
+    masks: list[torch.Tensor] = []  # which next tokens of each row are scored: position p predicts token p + 1
     for q, a in zip(questions, answers, strict=True):
         prompt, answer = vocab.encode(q + MASK_CHAR), vocab.encode(a)
         closed = len(answer) < answer_limit(len(prompt), block, max_answer_chars)
-        rows.append(prompt + answer + ([mask_id] if closed else []))
-        starts.append(len(prompt))
+        rows.append(torch.tensor(prompt + answer + ([mask_id] if closed else [])))
+        masks.append(torch.arange(len(rows[-1]) - 1) >= len(prompt) - 1)
     scores: list[AnswerScore] = []
     for i in range(0, len(rows), chunk):
-        batch, first = rows[i : i + chunk], starts[i : i + chunk]
-        width = max(len(r) for r in batch) - 1
-        seqs = torch.zeros(len(batch), width + 1, dtype=torch.long)  # PAD-padded: inputs [:, :-1], next tokens [:, 1:]
-        scored = torch.zeros(len(batch), width, dtype=torch.bool)
-        for j, (r, s) in enumerate(zip(batch, first, strict=True)):
-            seqs[j, : len(r)] = torch.tensor(r)
-            scored[j, s - 1 : len(r) - 1] = True  # position p predicts token p + 1
-        seqs = seqs.to(device)
+        seqs = pad_sequence(rows[i : i + chunk], batch_first=True).to(device)  # PAD-padded (B, T + 1)
+        scored = pad_sequence(masks[i : i + chunk], batch_first=True).to(device)  # (B, T)
         logits, _ = model(seqs[:, :-1])  # (B, T, V)
         logp = F.log_softmax(logits.float(), dim=-1).gather(-1, seqs[:, 1:, None]).squeeze(-1)  # (B, T)
-        scored = scored.to(device)
         total = torch.where(scored, logp, 0.0).sum(dim=1).tolist()
         count = scored.sum(dim=1).tolist()
         for k, (lp, n) in enumerate(zip(total, count, strict=True)):
@@ -165,12 +154,8 @@ def expected_calibration_error(probability: Sequence[float], correct: Sequence[b
     if len(p) != len(ok) or len(ok) == 0:
         raise ValueError(f"need as many probabilities as answers, at least one: got {len(p)} and {len(ok)}")
     which = np.minimum((p * bins).astype(np.int64), bins - 1)  # probability 1.0 goes in the last bin
-    ece = 0.0
-    for b in range(bins):
-        inside = which == b
-        if inside.any():
-            ece += inside.mean() * abs(ok[inside].mean() - p[inside].mean())
-    return float(ece)
+    # a bin's share times |its accuracy - its mean probability| is |its correct answers - its summed probability| / N
+    return float(np.abs(np.bincount(which, ok, bins) - np.bincount(which, p, bins)).sum() / len(p))
 
 
 # ---------------------------------------------------------------------------

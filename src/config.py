@@ -159,16 +159,6 @@ RESUME_MUST_MATCH = ("variant", "pretrain_lr", "finetune_lr", "bottleneck_dim", 
                      "schedule", "order", "decay")  # fmt: skip
 
 
-def phase(function: str, recite: bool, reading_params_path: str | None) -> str:
-    """The preset phase a command runs: pretrain, finetune (from scratch), finetune_pretrained or reader."""
-    if function == "pretrain":
-        return "pretrain"
-    if function == "finetune" and recite and reading_params_path:
-        return "reader"
-    # evaluate and ask read a finetuned model: their phase only names settings they do not use
-    return "finetune_pretrained" if reading_params_path else "finetune"
-
-
 def preset_value(preset: str, phase: str, name: str) -> Any:
     """What `preset` gives setting `name` in `phase`: its own value, else RunConfig's default."""
     return PRESETS[preset][phase].get(name, getattr(RunConfig, name))
@@ -178,9 +168,13 @@ def resolve(typed: dict) -> RunConfig:
     """The RunConfig of a command from the values the user typed (None: not typed): RunConfig's
     defaults, then the preset's phase, then the model sizes stored with --reading_params_path (see
     stored_sizes), then what the user typed."""
-    this_phase = phase(typed["function"], bool(typed.get("recite")), typed.get("reading_params_path"))
-    preset_values = PRESETS[typed.get("preset") or RunConfig.preset][this_phase]
-    stored = stored_sizes(typed.get("reading_params_path"), "--reading_params_path")
+    function, reading = typed["function"], typed.get("reading_params_path")
+    # the preset's phase; evaluate and ask read a finetuned model, whose phase only names settings they do not use
+    phase = "pretrain" if function == "pretrain" else "finetune_pretrained" if reading else "finetune"
+    if function == "finetune" and typed.get("recite") and reading:
+        phase = "reader"
+    preset_values = PRESETS[typed.get("preset") or RunConfig.preset][phase]
+    stored = stored_sizes(reading, "--reading_params_path")
     given = {key: value for key, value in typed.items() if value is not None}
     if isinstance(given.get("question"), str):
         given["question"] = given["question"].strip()

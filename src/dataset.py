@@ -234,9 +234,7 @@ def score_places(questions: list[Question], predictions: list[str]) -> tuple[int
 
     Questions without a place count as zero, as in the handout: a test-inputs file scores (0, 0).
     """
-    if len(questions) != len(predictions):
-        raise UserError(f"{len(questions)} questions but {len(predictions)} predictions")
-    pairs = [(p, q.place) for p, q in zip(predictions, questions) if q.place is not None]
+    pairs = [(p, q.place) for p, q in zip(predictions, questions, strict=True) if q.place is not None]
     return len(pairs), sum(p == gold for p, gold in pairs)
 
 
@@ -280,9 +278,8 @@ class NameDataset(BatchedDataset):
         return self.ids[order], self.targets[order], self.real_len[order]
 
 
-# How an epoch's examples are ordered into batches:
+# How an epoch's examples are ordered into batches ("shuffled", random batches, lost to bucketing: bench/RESEARCH.md 2):
 #   "bucketed": shuffled, then grouped by length (the default: least padding);
-#   "shuffled": random batches;
 #   "file":     the corpus's own order, the same batches every epoch, as the handout's trainer
 #               builds them (its DataLoader is not told to shuffle).
-ORDERS = ("bucketed", "shuffled", "file")
+ORDERS = ("bucketed", "file")

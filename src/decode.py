@@ -18,6 +18,11 @@ MAX_ANSWER_CHARS = 32  # greedy decoding stops after this many characters, as in
 BATCH = 256  # prompts continued together
 
 
+def answer_limit(prompt_len: int, block_size: int, max_answer_chars: int = MAX_ANSWER_CHARS) -> int:
+    """How many tokens (closing MASK included) decoding may generate after a prompt of prompt_len tokens."""
+    return max(0, min(max_answer_chars, block_size - prompt_len))
+
+
 def continue_prompts(
     model: GPT,
     prompts: list[list[int]],
@@ -25,12 +30,12 @@ def continue_prompts(
     device: torch.device,
     constrain: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     stop_id: int | None = None,
-    what: str = "",
+    what: str = "continuing",
 ) -> list[list[int]]:
     """Greedy continuations of `prompts` (lists of ids) by new_tokens(prompt length) tokens each (none if that is not
     positive): prompts of one length continue together, BATCH at a time (GPT.generate, with `constrain`; with
     `stop_id` a batch ends once each of its rows has produced it, so a row may run on past its own). Progress lines
-    start with `what`, if given. Returns the new ids of each prompt."""
+    start with `what`. Returns the new ids of each prompt."""
     out: list[list[int]] = [[] for _ in prompts]
     progress, done = Progress(what, len(prompts)), 0
     for n in sorted({len(p) for p in prompts if new_tokens(len(p)) > 0}):
@@ -41,8 +46,7 @@ def continue_prompts(
             for i, ids in zip(batch, new.tolist(), strict=True):
                 out[i] = ids
             done += len(batch)
-            if what:
-                progress.update(done)
+            progress.update(done)
     return out
 
 
@@ -65,7 +69,7 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.d
     mask_id, block = vocab.stoi[MASK_CHAR], model.get_block_size()
     prompts = [vocab.encode(q + MASK_CHAR) for q in questions]
     copying = (lambda logits, idx: keep_spans(logits, idx.tolist(), mask_id)) if copy else None
-    answers = continue_prompts(model, prompts, lambda n: min(MAX_ANSWER_CHARS, block - n), device, copying, mask_id)
+    answers = continue_prompts(model, prompts, lambda n: answer_limit(n, block), device, copying, mask_id, "answering")
     # A newline inside an answer would break the one-line-per-input predictions file.
     return [vocab.decode(ids).split(MASK_CHAR)[0].replace("\n", " ") for ids in answers]
 

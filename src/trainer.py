@@ -45,7 +45,7 @@ class TrainerConfig:
     cosine_cap: bool = False  # False: the handout's uncapped cosine; True: stay at the floor after final_tokens
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
     bf16: bool = False  # bf16 autocast (machine.choose decides; Muon's iteration in bf16 then)
-    order: str = "bucketed"  # shuffled, grouped by length; "shuffled"; "file": the handout's fixed corpus order
+    order: str = "bucketed"  # shuffled, grouped by length; "file": the handout's fixed corpus order
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
@@ -57,7 +57,7 @@ class TrainerConfig:
 class TrainState:
     """Where a run stands: what the loop updates, callbacks read and checkpoints carry. A callback may
     set `stop` (end the run after this step), and a time budget's plan moves `max_epochs` and
-    `final_tokens` (the cosine's end), which start as the config's."""
+    `final_tokens` (the cosine's end), which start as the config's, and sets `planned`."""
 
     max_epochs: int
     final_tokens: float
@@ -73,6 +73,7 @@ class TrainState:
     epoch_seconds: list[float] = field(default_factory=list)  # training time of each epoch run whole
     losses: list[float] = field(default_factory=list)
     whole_epoch: bool = False  # the epoch that just ended ran whole in this process
+    planned: bool = False  # a time budget's plan has set max_epochs and final_tokens
     stop: bool = False
 
 
@@ -111,10 +112,9 @@ class Trainer:
 
     The dataset batches itself: `epoch_batches(batch_size, rng, order)` yields (x, y) (B, T). `log(name, value, step)`
     takes scalars (a TensorBoard writer's add_scalar). Callbacks take the TrainState at "on_batch_end", "on_epoch_end"
-    (after a whole epoch, or the part that ended the run) and "on_train_end". `saved` (name -> an object with state_dict
-    and load_state_dict) and `extra` travel in the checkpoint, written atomically to `config.ckpt_path` every
-    `ckpt_every` steps and at the end: `resume(ckpt)` continues so that an interrupted run ends as an uninterrupted one
-    would. A non-finite loss raises FloatingPointError before anything is saved.
+    (after a whole epoch, or the part that ended the run) and "on_train_end". The state and `extra` travel in the
+    checkpoint, written atomically to `config.ckpt_path` every `ckpt_every` steps and at the end: `resume(ckpt)`
+    continues so that an interrupted run ends as an uninterrupted one would. A non-finite loss raises FloatingPointError before anything is saved.
     """
 
     def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
@@ -125,7 +125,6 @@ class Trainer:
         self.extra = extra or {}  # saved in checkpoints (e.g. the resolved settings and vocabulary)
         self.optimizer = make_optimizer(model, config)
         self.callbacks: dict[str, list[Callable[[TrainState], None]]] = defaultdict(list)
-        self.saved: dict[str, Any] = {}
         batches = math.ceil(len(train_dataset) / config.batch_size)
         self.state = TrainState(config.max_epochs, config.final_tokens, batches, config.learning_rate)
         self.clock = time.monotonic  # tests replace it
@@ -272,7 +271,6 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "state": asdict(self.state),
             "rng": rng_states(),
-            "saved": {name: part.state_dict() for name, part in self.saved.items()},
             "extra": self.extra,
         }
 
@@ -297,7 +295,4 @@ class Trainer:
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
-        for name, part in self.saved.items():
-            if name in ckpt["saved"]:
-                part.load_state_dict(ckpt["saved"][name])
         set_rng_states(ckpt["rng"])

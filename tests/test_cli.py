@@ -587,9 +587,9 @@ def test_an_explicit_optimizer_wins_over_every_preset():
 
 
 def test_an_explicit_batch_order_and_decay_win_over_the_handout_preset():
-    args = resolved("pretrain", "vanilla", "wiki.txt", "--order", "shuffled", "--decay", "matmul")
+    args = resolved("pretrain", "vanilla", "wiki.txt", "--order", "bucketed", "--decay", "matmul")
     cfg = trainer_settings(args)
-    assert (cfg.order, cfg.decay) == ("shuffled", "matmul")
+    assert (cfg.order, cfg.decay) == ("bucketed", "matmul")
 
 
 @pytest.mark.parametrize(

@@ -35,10 +35,12 @@ def test_the_cli_module_holds_at_most_400_lines():
 # values and answer limit, hint-only Protocols dropped and docstrings that said things twice; 3,907 with one
 # epoch_batches for both datasets and one home for a block's sublayers; 3,857 with the trainer's same-named settings
 # copied in one line and docstrings wrapped to 120 columns; 3,715 without --ensemble_params (superseded by recite)
-# and with branches that could not run, duplicated checks and one-caller helpers gone. The goal is 3,500:
-# a feature pays for its lines with a simplification, and the ceiling only comes down (raise it on purpose,
+# and with branches that could not run, duplicated checks and one-caller helpers gone; 3,500 with one decoder
+# (GPT.generate over prompts of one length, 1.6x slower decoding: bench/RESEARCH.md section 10), a time budget's
+# plan kept in the TrainState, and padding, binning and one-caller helpers left to numpy, torch and their callers.
+# A feature pays for its lines with a simplification, and the ceiling only comes down (raise it on purpose,
 # saying why).
-SRC_LINES_CEILING = 3715
+SRC_LINES_CEILING = 3500
 
 
 def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():
