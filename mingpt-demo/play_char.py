@@ -43,6 +43,7 @@ from utils import (  # noqa: E402
     UserError,
     check_input,
     check_output_file,
+    check_path_given,
     refuse_same_file,
     seed_everything,
 )
@@ -281,6 +282,8 @@ def load_params(cfg: DemoConfig) -> tuple[DemoConfig, Vocabulary, dict]:
 def run(cfg: DemoConfig) -> str:
     """Load (the text, and with reading_params_path the model to start from), train max_iters iterations,
     report the loss, write writing_params_path and return a sample: what the notebook does, in one call."""
+    for flag in ("input", "reading_params_path", "writing_params_path"):
+        check_path_given(getattr(cfg, flag), f"--{flag}")
     check_output_file(cfg.writing_params_path, "--writing_params_path")  # fail now, not after training
     refuse_same_file({"--writing_params_path": cfg.writing_params_path}, {"--input": cfg.input})
     vocab, state = None, None

@@ -50,6 +50,7 @@ from utils import (
     check_input,
     check_output_dir,
     check_output_file,
+    check_path_given,
     folders_to_make,
     no_thread_tracebacks_for_os_errors,
     physical_memory,
@@ -746,6 +747,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> None:
     """Do what args.command says: data, train, evaluate or ask."""
+    for flag in ("data_dir", "outputs_path", "logdir", "reading_params_path"):
+        check_path_given(getattr(args, flag, None), f"--{flag}")
     if args.command == "data":
         check_seed(args.seed)
         counts = write_splits(args.data_dir, args.seed)

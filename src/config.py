@@ -18,6 +18,7 @@ from utils import (
     check_input,
     check_output_dir,
     check_output_file,
+    check_path_given,
     find_data_file,
     physical_memory,
     setting,
@@ -296,7 +297,6 @@ def check_args(args: RunConfig) -> None:
     for f in fields(args):
         path, rule = getattr(args, f.name), rules.get(f.metadata["kind"])
         flag = f.name if f.metadata.get("positional") else f"--{f.name}"
-        if rule and path == "":  # "" would name the current folder
-            raise UserError(f"{flag} is empty; give a path")
         if rule and path is not None:
+            check_path_given(path, flag)
             rule(path, flag)

@@ -36,18 +36,16 @@ def continue_prompts(
     positive): prompts of one length continue together, BATCH at a time (GPT.generate, with `constrain`; with
     `stop_id` a batch ends once each of its rows has produced it, so a row may run on past its own). Progress lines
     start with `what`. Returns the new ids of each prompt."""
-    out: list[list[int]] = [[] for _ in prompts]
-    progress, done = Progress(what, len(prompts)), 0
+    out: dict[int, list[int]] = {}  # by prompt
+    progress = Progress(what, len(prompts))
     for n in sorted({len(p) for p in prompts if new_tokens(len(p)) > 0}):
         rows = [i for i, p in enumerate(prompts) if len(p) == n]
         for batch in (rows[k : k + BATCH] for k in range(0, len(rows), BATCH)):
             idx = torch.tensor([prompts[i] for i in batch], dtype=torch.long, device=device)  # (b, n)
             new = model.generate(idx, new_tokens(n), constrain=constrain, stop_id=stop_id)[:, n:]
-            for i, ids in zip(batch, new.tolist(), strict=True):
-                out[i] = ids
-            done += len(batch)
-            progress.update(done)
-    return out
+            out.update(zip(batch, new.tolist(), strict=True))
+            progress.update(len(out))
+    return [out.get(i, []) for i in range(len(prompts))]
 
 
 def keep_spans(logits: torch.Tensor, rows: list[list[int]], stop_id: int) -> torch.Tensor:
@@ -83,10 +81,6 @@ def continue_text(
     with `what`."""
     banned_ids = torch.tensor([vocab.stoi[c] for c in banned], dtype=torch.long, device=device)
     encoded = [vocab.encode(p, where=f"prompt {p!r}") for p in prompts]
-    end = min(length, model.get_block_size())
-
-    def ban(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        return logits.index_fill(1, banned_ids, -math.inf)
-
+    end, ban = min(length, model.get_block_size()), lambda logits, _: logits.index_fill(1, banned_ids, -math.inf)
     new = continue_prompts(model, encoded, lambda n: end - n, device, ban, what=what)
     return [p[:length] + vocab.decode(ids) for p, ids in zip(prompts, new, strict=True)]

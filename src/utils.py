@@ -103,6 +103,12 @@ def _why(e: OSError) -> str:
             errno.EACCES: "permission denied"}.get(e.errno, e.strerror or str(e))  # fmt: skip
 
 
+def check_path_given(path: str | Path | None, flag: str) -> None:
+    """A one-line UserError naming `flag` when `path` is "": it would name the current folder, never a file."""
+    if path == "":
+        raise UserError(f"{flag} is empty; give a path")
+
+
 def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
     """`path`, if it is a regular file (or a symlink to one) this process can read; else a one-line UserError
     naming `flag`, the cause, then `hint` (a FIFO is refused: without a writer it would block the read forever)."""

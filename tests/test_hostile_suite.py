@@ -88,7 +88,7 @@ PATHS = {  # kind -> {hostile value's name: the path given}
     "output_dir": {"a regular file": "regular.txt", "a FIFO": "fifo", "/dev/null": "/dev/null",
                    "a path through a regular file": "regular.txt/x"},
 }  # fmt: skip
-PATHS = {kind: {**values, **TOO_LONG} for kind, values in PATHS.items()}
+PATHS = {kind: {**values, **TOO_LONG, "an empty path": ""} for kind, values in PATHS.items()}
 
 # Values that are legitimate, with the reason. Keys: (entry point, flag, value or hostile path's name).
 ALLOWED = {
@@ -119,6 +119,7 @@ ALLOWED = {
     ("play_char.py", "batch_size", str(10**12)): "a batch holds at most every window of the text",
     ("play_char.py", "temperature", str(10**12)): "a high temperature samples uniformly",
     ("run.sh", "SEED", "0"): "seeds are 0..2**32-1",
+    ("run.sh", "OUT_DIR", "an empty path"): "an empty setting is an unset one, as in the shell: outputs/",
     ("run.sh", "TOTAL_MINUTES", str(10**12)): "a long plan is the user's choice",
     **{("run.sh", f, str(10**12)): "epochs are the user's choice" for f in ("PRETRAIN_EPOCHS", "FINETUNE_EPOCHS",
                                                                          "NOPRETRAIN_EPOCHS")},
@@ -324,7 +325,7 @@ def tree(folder: Path) -> list[str]:
 def test_a_hostile_value_is_refused_in_one_line_before_any_work(
     entry, flag, name, value, files, hostile_folder, monkeypatch, capsys
 ):
-    if value not in NUMBERS and not value.startswith("/"):
+    if value and value not in NUMBERS and not value.startswith("/"):
         value = str(hostile_folder / value)
     before = tree(hostile_folder)
     result = attempt(entry, flag, value, files, monkeypatch)
