@@ -285,7 +285,7 @@ def speed_table() -> str:
             lines.append(
                 f"| {name} | pretraining step, {t['variant']}, batch {t['batch_size']} | {seconds(ref)} | {fast} | {ratio} |"
             )
-        for e in r.get("eval", []) if r.get("date", ONE_DECODER) >= ONE_DECODER else []:  # undated: a test's
+        for e in r.get("eval", []) if r.get("date", "") >= ONE_DECODER else []:
             model = "trained" if e["params"] != "untrained" else "untrained (worst case)"
             same = "identical" if e["identical_predictions"] else "DIFFERENT"
             lines.append(

@@ -8,7 +8,7 @@ takes two steps, and the facts still come only from the pretrained parameters, c
    MASK at any point, which would end the recollection);
 2. read: a reader, finetuned from the same pretrained params on the training people's own recitations that hold their
    place ("recitation MASK place MASK", loss on the answer only), reads the place out of the recitation: its greedy
-   answer is constrained to a span of the recitation (decode.keep_spans), which leaves every answer that already is a span
+   answer is held to a span of the recitation (decode.keep_spans), which leaves every answer that already is a span
    unchanged.
 
 No dev place is seen at any step. After "Recitation-Augmented Language Models" (Sun et al., ICLR 2023); the evidence is

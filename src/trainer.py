@@ -112,9 +112,9 @@ class Trainer:
 
     The dataset batches itself: `epoch_batches(batch_size, rng, order)` yields (x, y) (B, T). `log(name, value, step)`
     takes scalars (a TensorBoard writer's add_scalar). Callbacks take the TrainState at "on_batch_end", "on_epoch_end"
-    (after a whole epoch, or the part that ended the run) and "on_train_end". The state and `extra` travel in the
-    checkpoint, written atomically to `config.ckpt_path` every `ckpt_every` steps and at the end: `resume(ckpt)`
-    continues so that an interrupted run ends as an uninterrupted one would. A non-finite loss raises FloatingPointError before anything is saved.
+    (after a whole epoch, or the part that ended the run) and "on_train_end". The state and `extra` are checkpointed
+    atomically to `config.ckpt_path` every `ckpt_every` steps and at the end; `resume(ckpt)` ends an interrupted run as
+    an uninterrupted one would. A non-finite loss raises FloatingPointError before anything is saved.
     """
 
     def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
