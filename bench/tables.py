@@ -3,8 +3,9 @@
     python bench/tables.py            # rewrite the tables in README.md and bench/results/all_runs.md
     python bench/tables.py --check    # exit 1 if any committed table differs from what the logs give
 
-Sources: runs.jsonl (`bash run.sh`, bench/report.py --record), gpu.jsonl (bench/gpu_check.py), speed.jsonl
-(bench_speed.py, bench_epoch.py) and, from scripts in commit 6a6e9b4, time_to_accuracy.jsonl (earlier CPU runs),
+Sources: runs.jsonl (`bash run.sh`, bench/report.py --record), gpu.jsonl (bench/gpu_check.py; or, marked
+"measured_elsewhere", runs made elsewhere with its fields), speed.jsonl (bench_speed.py, bench_epoch.py) and,
+from scripts in commit 6a6e9b4, time_to_accuracy.jsonl (earlier CPU runs),
 ensembles.jsonl and recite.jsonl. README.md shows what `bash run.sh` gives today (todays_table); all_runs.md
 every run, by recipe (results_table) and one line each (all_runs_table).
 """
@@ -46,6 +47,8 @@ DIRECT = {"protocol": "direct", "ceiling": None, "extra": None}
 # A research run joins the results table from this many pretraining epochs: shorter ones (one-hour
 # budgets, slow hosts, one thread) are not what a two-hour run.sh gives; bench/results/all_runs.md lists them.
 MIN_EPOCHS = 80
+# A gpu.jsonl run's steps made on a CPU instead (its "cpu_steps"), as all_runs.md marks them.
+ON_CPU = {"evaluate": "dev evaluated on a CPU", "reader": "reader trained on a CPU"}
 PUBLISHED = "The course's published dev figures for its recipe: vanilla 21.4%, perceiver 17.0%."
 DEFAULTS = asdict(RunConfig("pretrain", "vanilla", "wiki.txt"))
 CPU_PRETRAIN = {"doc_offset": 0, **DEFAULTS, **PRESETS["cpu"]["pretrain"]}  # 0: a src/ without --doc_offset
@@ -191,7 +194,9 @@ def seed_cells(rows: list[dict]) -> tuple[str, str, str, str, str]:
     ceiling, minutes = "-", f"{mean([r['minutes'] for r in rows]):.0f}"
     if rows[0]["protocol"] == "recite":
         ceiling = f"{mean([r['ceiling'] for r in rows]) * 100:.1f}%"
-        minutes += f" (+{mean([r['extra'] for r in rows]):.1f} recite)"
+        timed = [r["extra"] for r in rows if r["extra"] is not None]  # None: a reader not timed where it ran
+        of = "" if len(timed) == len(rows) else f", {len(timed)} of {len(rows)} seeds"
+        minutes += f" (+{mean(timed):.1f} recite{of})" if timed else ""
     seeds, per_seed = ", ".join(str(r["seed"]) for r in rows), ", ".join(f"{r['dev'] * 100:.1f}" for r in rows)
     return seeds, per_seed, f"**{mean([r['dev'] for r in rows]) * 100:.1f}**", ceiling, minutes
 
@@ -367,8 +372,10 @@ def all_runs_table() -> str:
     for r in read_jsonl(RESULTS / "gpu.jsonl"):
         minutes = (r["pretrain_seconds"] + r["finetune_seconds"] + r["evaluate_seconds"]) / 60
         recipe = f"handout, {r.get('order', 'file')} order, decay {r.get('decay', 'all_but_biases')}"
+        recipe += "".join(f", {ON_CPU[step]}" for step in r.get("cpu_steps", []))
+        name = r["name"] + (f" (measured elsewhere: {r['ran_by']})" if r.get("measured_elsewhere") else "")
         lines.append(
-            f"| {r['name']} | {r['variant']} | {r['gpu']} | {r.get('precision', 'bf16').split()[0]} | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
+            f"| {name} | {r['variant']} | {r['gpu']} | {r.get('precision', 'bf16').split()[0]} | {r['seed']} | {recipe} | {r['pretrain_epochs']} "
             f"| {r['dev_accuracy'] * 100:.1f}% | {minutes:.1f} |"
         )
     for r in read_jsonl(RESULTS / "ensembles.jsonl"):  # minutes: every member's training + evaluation

@@ -163,6 +163,28 @@ def test_a_gpu_recite_run_is_a_recite_row_with_its_ceiling(monkeypatch, tmp_path
     )
 
 
+def test_a_gpu_run_measured_elsewhere_is_listed_with_who_ran_it(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, gpu={**GPU_RUN, "measured_elsewhere": True, "ran_by": "a test run at 0abc123"})
+    assert "| rope_cuda_handout_seed0 (measured elsewhere: a test run at 0abc123) | rope | A GPU |" in (
+        tables.all_runs_table()
+    )
+
+
+def test_a_gpu_run_step_made_on_a_cpu_is_marked_in_the_listing(monkeypatch, tmp_path):
+    logged(monkeypatch, tmp_path, gpu={**GPU_RUN, "cpu_steps": ["evaluate"]})
+    assert "| handout, file order, decay all_but_biases, dev evaluated on a CPU | 650 | 35.0% |" in (
+        tables.all_runs_table()
+    )
+
+
+def test_a_recite_row_averages_the_recite_minutes_of_the_seeds_whose_reader_was_timed(monkeypatch, tmp_path):
+    recited = {**GPU_RUN, "protocol": "recite", "dev_accuracy": 0.7, "place_in_recitation": 0.8}
+    lines = [{**recited, "extra_minutes": 1.0}, {**recited, "seed": 1, "extra_minutes": None}]
+    logged(monkeypatch, tmp_path)
+    (tmp_path / "results" / "gpu.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert "| 0, 1 | 70.0, 70.0 | **70.0** | 80.0% | 7 (+1.0 recite, 1 of 2 seeds) |" in tables.results_table()
+
+
 def test_a_gpu_speed_line_shows_milliseconds_and_the_fast_path_in_fp32(monkeypatch, tmp_path):
     step = {"variant": "vanilla", "batch_size": 128}
     line = {"machine": "NVIDIA A GPU, torch 2.11.0+cu130", "train": [
