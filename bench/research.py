@@ -58,17 +58,39 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, device: torch.device = CPU) -> float:
-    """GFLOP/s of (m, k) @ (k, n) in `dtype` on `device`: the best of 5 runs of about 0.25 s after a warm-up
-    (on a shared machine another process only ever slows a run down)."""
-    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
-    for _ in range(3):
+def matmul_gflops(
+    m: int, k: int, n: int, dtype: torch.dtype, device: torch.device = CPU, seconds: float = 2.0
+) -> float:
+    """GFLOP/s of (m, k) @ (k, n) in `dtype` on `device`: the best of runs of about a tenth of `seconds` each, for
+    about `seconds` in all after a warm-up (on a shared machine another process only ever slows a run down). Where one
+    product takes longer than such a run (a precision the machine only emulates), every side is halved until it does
+    not, and the line said on stderr names the shape timed: the bound holds whatever the precision costs."""
+
+    def operands(m: int, k: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+
+    # A product an eighth of each side (1/512 of the work, and slower per FLOP), timed once set up, prices the whole
+    # one: the sides are halved until one product fits in a run.
+    small = [max(1, side // 8) for side in (m, k, n)]
+    a, b = operands(*small)
+    took = []
+    for _ in range(2):  # the first sets up the kernels
+        synchronize(device)
+        t0 = time.perf_counter()
         a @ b
-    best = 0.0
-    for _ in range(5):
+        synchronize(device)
+        took.append(time.perf_counter() - t0)
+    flop_seconds = took[-1] / math.prod(small)
+    while m * k * n * flop_seconds > seconds / 10 and min(m, k, n) >= 128:
+        m, k, n = m // 2, k // 2, n // 2
+    print(f"timing a ({m}, {k}) @ ({k}, {n}) matmul in {dtype} for about {seconds:g} s", file=sys.stderr)
+    a, b = operands(m, k, n)
+    a @ b  # a warm-up: the shape's first product sets up its kernels
+    best, start = 0.0, time.perf_counter()
+    while best == 0.0 or time.perf_counter() - start < seconds:
         synchronize(device)
         reps, t0 = 0, time.perf_counter()
-        while reps < 2 or time.perf_counter() - t0 < 0.25:
+        while reps < 2 or time.perf_counter() - t0 < seconds / 10:
             a @ b
             reps += 1
         synchronize(device)

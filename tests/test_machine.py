@@ -92,3 +92,15 @@ def test_the_probe_times_both_precisions_on_one_core_and_leaves_the_thread_count
     found = machine.measure(CPU)
     assert found.bf16_gflops > 0 and found.fp32_gflops > 0 and found.split_cost > 0
     assert found.source == "measured" and torch.get_num_threads() == threads
+
+
+def test_a_verdict_holds_for_the_kernels_it_was_measured_with(fresh_cache, monkeypatch):
+    # The same CPU held to other kernels (oneDNN's or MKL's instruction set, ATen's capability) measures anew.
+    machine.choose(CPU, say=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    monkeypatch.setattr(machine, "_decided", {})
+    machine.choose(CPU, say=False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    monkeypatch.setattr(machine, "_decided", {})
+    machine.choose(CPU, say=False)
+    assert len(fresh_cache) == 3 and len(json.loads(machine.cache_path().read_text())) == 3
