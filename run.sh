@@ -8,16 +8,22 @@
 #   PRETRAIN_EPOCHS=2 FINETUNE_EPOCHS=1 NOPRETRAIN_EPOCHS=1 bash run.sh   # a smoke run of a few minutes
 #
 # Without a GPU the recipe is --preset cpu and the run is planned to TOTAL_MINUTES by measuring this
-# machine: the steps that do not pretrain run first and are timed, and each pretraining gets an equal
-# share of what is left (--budget_minutes), into which it plans its epochs at the pace it measures.
-# With a GPU the recipe is the handout's; once the first variant is done, the run says how long the rest takes.
+# machine (config.plan_run): the finetune without pretraining (a control) runs first, planned to 5% of it;
+# its pace and its dev evaluation's time then plan every other step, said one a line before they run:
+# the pretrainings get at least 60% (--budget_minutes, into which each plans its epochs at the pace it
+# measures), the readers' epochs fill what the finetunes and evaluations leave. With a GPU the recipe is
+# the handout's; once the first variant is done, the run says how long the rest takes.
+#
+#   PLAN_ONLY=1 QUESTION_EPOCH_SECONDS=41.2 DEV_SECONDS=15 bash run.sh   # the plan alone, for a machine
+#       whose epoch of finetune questions takes 41.2 s and a dev evaluation 15 s; nothing runs
 #
 # Settings (environment): TOTAL_MINUTES (120), PRESET (cpu; handout with a GPU), VARIANTS
 # ("vanilla perceiver rope" when unset; words on any whitespace), SEED (0), PRETRAIN_EPOCHS,
 # FINETUNE_EPOCHS (after pretraining), NOPRETRAIN_EPOCHS (finetune from scratch): the preset's when
 # unset; OUT_DIR (outputs; not a folder holding files git tracks); EXTRA_FLAGS (added to every run.py
 # call; not --seed or --preset: use SEED and PRESET); RECORD (0; 1: record the run in bench/results/,
-# report.md and runs.jsonl, the README's table: for the project's own measured runs, full runs only).
+# report.md and runs.jsonl, the README's table: for the project's own measured runs, full runs only);
+# PLAN_ONLY (0; 1: say the plan for QUESTION_EPOCH_SECONDS and DEV_SECONDS, then stop).
 # Settings are checked before anything runs (one line each, exit 2); the first failed step stops the
 # run, naming the step and its log, and no report is written.
 set -euo pipefail
@@ -27,6 +33,7 @@ VARIANTS=${VARIANTS-vanilla perceiver rope}  # only an unset VARIANTS means all 
 : "${TOTAL_MINUTES:=120}" "${SEED:=0}" "${OUT_DIR:=outputs}" "${EXTRA_FLAGS:=}"
 case $OUT_DIR in -*) OUT_DIR="./$OUT_DIR" ;; esac  # a folder named like a flag: no command may take it for one
 : "${RECORD:=0}" "${PRESET:=}" "${PRETRAIN_EPOCHS:=}" "${FINETUNE_EPOCHS:=}" "${NOPRETRAIN_EPOCHS:=}"
+: "${PLAN_ONLY:=0}" "${QUESTION_EPOCH_SECONDS:=}" "${DEV_SECONDS:=}"
 # Words on any whitespace (spaces, tabs, newlines), as the unquoted $EXTRA_FLAGS is split in every step.
 read -r -d '' -a VARIANT_LIST <<<"$VARIANTS" || true
 read -r -d '' -a EXTRA_LIST <<<"$EXTRA_FLAGS" || true
@@ -45,8 +52,16 @@ done
 # at most 10 digits, so that bash's arithmetic cannot overflow; 10# reads leading zeros as decimal
 [[ $SEED =~ ^[0-9]{1,10}$ ]] && ((10#$SEED < 2 ** 32)) ||
   bad+=("SEED must be an integer from 0 to $((2 ** 32 - 1)), got '$SEED'")
-[[ $TOTAL_MINUTES =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ && $TOTAL_MINUTES =~ [1-9] ]] ||
-  bad+=("TOTAL_MINUTES must be a positive number of minutes, got '$TOTAL_MINUTES'")
+positive() { [[ $1 =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ && $1 =~ [1-9] ]]; }
+positive "$TOTAL_MINUTES" || bad+=("TOTAL_MINUTES must be a positive number of minutes, got '$TOTAL_MINUTES'")
+case $PLAN_ONLY in
+  0) [ -z "$QUESTION_EPOCH_SECONDS$DEV_SECONDS" ] ||
+    bad+=("QUESTION_EPOCH_SECONDS and DEV_SECONDS are for PLAN_ONLY=1 (a run measures them)") ;;
+  1) for name in QUESTION_EPOCH_SECONDS DEV_SECONDS; do
+    positive "${!name}" || bad+=("PLAN_ONLY=1 needs $name, a positive number of seconds, got '${!name}'")
+  done ;;
+  *) bad+=("PLAN_ONLY must be 0 or 1, got '$PLAN_ONLY'") ;;
+esac
 for name in PRETRAIN_EPOCHS FINETUNE_EPOCHS NOPRETRAIN_EPOCHS; do
   value=${!name}
   [ -z "$value" ] || [[ $value =~ ^[0-9]+$ && $value =~ [1-9] ]] ||
@@ -99,6 +114,29 @@ if [ -z "$PRESET" ]; then
   PRESET=cpu
   if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then PRESET=handout; fi
 fi
+BOTTLENECK=64  # the perceiver's m: its bottleneck's positions
+# say_plan EPOCH_SECONDS DEV_SECONDS [CONTROL_SECONDS]: say the plan (config.plan_run), then set BUDGET (each
+# pretraining's minutes), READER_EPOCHS and PLANNED_MINUTES from it
+say_plan() {
+  local plan
+  plan=$(python -c "import sys; sys.path.insert(0, 'src'); import config
+total, epoch, dev = map(float, sys.argv[1:4])
+control = float(sys.argv[4]) if sys.argv[4] else None
+epochs = [int(n) if n else None for n in sys.argv[7:9]]
+plan = config.plan_run(total, epoch, dev, sys.argv[5].split(), int(sys.argv[6]), control, *epochs)
+print(f'run.sh: the plan for TOTAL_MINUTES={total:g}, at {epoch:.1f} s an epoch of questions, {dev:.1f} s a dev evaluation:')
+print(*plan.lines(total), sep='\n')
+variant = sys.argv[5].split()[0]
+print(round(plan.minutes[variant + '_pretrain'], 2), plan.epochs[variant + '_reader'], round(sum(plan.minutes.values())))" \
+    "$TOTAL_MINUTES" "$1" "$2" "${3:-}" "$VARIANTS" "$BOTTLENECK" "$NOPRETRAIN_EPOCHS" "$FINETUNE_EPOCHS")
+  printf '%s\n' "${plan%$'\n'*}"
+  read -r BUDGET READER_EPOCHS PLANNED_MINUTES <<<"${plan##*$'\n'}"
+}
+if [ "$PLAN_ONLY" = 1 ]; then
+  [ "$PRESET" = cpu ] || { echo "run.sh: PLAN_ONLY=1 plans the cpu preset; the handout's recipe has no plan" >&2; exit 2; }
+  say_plan "$QUESTION_EPOCH_SECONDS" "$DEV_SECONDS"
+  exit 0
+fi
 mkdir -p -- "$OUT_DIR" expt 2>/dev/null || { echo "run.sh: OUT_DIR '$OUT_DIR' cannot be made here" >&2; exit 2; }
 PRE_FLAGS="${PRETRAIN_EPOCHS:+--max_epochs $PRETRAIN_EPOCHS}"
 FT_FLAGS="${FINETUNE_EPOCHS:+--max_epochs $FINETUNE_EPOCHS}"
@@ -109,9 +147,14 @@ COMMON="--preset $PRESET --seed $SEED --tb_dir $TB_DIR $EXTRA_FLAGS"
 START=$SECONDS STEP=0
 STEPS=$((3 + 7 * ${#VARIANT_LIST[@]}))  # london, from scratch (2), 7 per variant
 echo "run.sh: preset $PRESET, seed $SEED, variants: $VARIANTS; output in $OUT_DIR/"
+CONTROL_FLAGS=$NOPRE_FLAGS
 if [ "$PRESET" = cpu ]; then
-  echo "run.sh: planned to take about $TOTAL_MINUTES minutes on this machine: the steps without pretraining" \
-    "are timed first, then each of the ${#VARIANT_LIST[@]} pretrainings gets an equal share of what is left"
+  control_minutes=$(python -c "import sys; sys.path.insert(0, 'src'); import config
+print(f'{config.CONTROL_SHARE * float(sys.argv[1]):.2f}')" "$TOTAL_MINUTES")
+  echo "run.sh: planned to take about $TOTAL_MINUTES minutes on this machine: the finetune without pretraining" \
+    "is planned to $control_minutes of them; its pace then plans every other step, most of the time going to" \
+    "the ${#VARIANT_LIST[@]} pretrainings"
+  CONTROL_FLAGS="$NOPRE_FLAGS --budget_minutes $control_minutes"
 fi
 
 RUN="python src/run.py"
@@ -140,32 +183,21 @@ seconds_of() { awk -v n="$1" '$1 == n {print $2}' "$OUT_DIR/times.txt"; }
 timed london python london_baseline.py --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/london.dev.predictions"
 
 timed vanilla_nopretrain_finetune $RUN finetune vanilla wiki.txt --writing_params_path "$OUT_DIR/vanilla.model.params" \
-  --finetune_corpus_path birth_places_train.tsv $NOPRE_FLAGS $COMMON
+  --finetune_corpus_path birth_places_train.tsv $CONTROL_FLAGS $COMMON
 timed vanilla_nopretrain_dev $RUN evaluate vanilla wiki.txt --reading_params_path "$OUT_DIR/vanilla.model.params" \
   --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/vanilla.nopretrain.dev.predictions" \
   --scores_path "$OUT_DIR/vanilla.nopretrain.dev.scores.tsv" $COMMON
 
-BOTTLENECK=64  # the perceiver's m: its bottleneck's positions
-BUDGET_FLAGS=""
+BUDGET_FLAGS="" READER_FLAGS=$FT_FLAGS
 if [ "$PRESET" = cpu ]; then
-  # Each pretraining gets an equal share of what is left once the other steps are set aside, as
-  # estimated from the two steps just timed (config.pretrain_budget_minutes).
-  plan=$(python -c "import sys; sys.path.insert(0, 'src'); import config
-used, nopre, dev = map(float, sys.argv[2:5])
-epochs = [int(n) if n else None for n in sys.argv[7:9]]
-share, others = config.pretrain_budget_minutes(float(sys.argv[1]), used, nopre, dev, sys.argv[5].split(), int(sys.argv[6]), *epochs)
-print(f'{share:.1f} {others:.0f}')" \
-    "$TOTAL_MINUTES" "$((SECONDS - START))" "$(seconds_of vanilla_nopretrain_finetune)" \
-    "$(seconds_of vanilla_nopretrain_dev)" "$VARIANTS" "$BOTTLENECK" "$NOPRETRAIN_EPOCHS" "$FINETUNE_EPOCHS")
-  read -r budget others <<<"$plan"
-  BUDGET_FLAGS="--budget_minutes $budget"
-  echo; echo "run.sh: $((SECONDS - START)) s so far; each pretraining gets $budget minutes"
-  PLANNED_MINUTES=$(awk -v o="$others" -v b="$budget" -v n="${#VARIANT_LIST[@]}" 'BEGIN { print o + b * n }')
-  if awk -v t="$TOTAL_MINUTES" -v p="$PLANNED_MINUTES" 'BEGIN { exit !(p > 1.05 * t) }'; then
-    echo "run.sh: warning: TOTAL_MINUTES=$TOTAL_MINUTES cannot hold the steps measured on this machine: the steps" \
-      "other than pretraining take about $others minutes; with a pretraining of $budget minutes per variant" \
-      "this run takes about $PLANNED_MINUTES minutes" >&2
-  fi
+  # The control's pace (its sidecar: training seconds over epochs) and its dev evaluation's time plan the rest.
+  epoch=$(python -c "import sys; sys.path.insert(0, 'src'); import params
+record = params.read_sidecar(sys.argv[1])
+print(record['train_seconds'] / record['epochs_done'])" "$OUT_DIR/vanilla.model.params")
+  echo
+  say_plan "$epoch" "$(seconds_of vanilla_nopretrain_dev)" "$(seconds_of vanilla_nopretrain_finetune)"
+  BUDGET_FLAGS="--budget_minutes $BUDGET"
+  [ -n "$FINETUNE_EPOCHS" ] || READER_FLAGS="--max_epochs $READER_EPOCHS"
 fi
 
 # answer_with STEP PARAMS PREDICTIONS [FLAGS]: finetune $variant's pretrained params (step ${variant}_STEP) into
@@ -173,7 +205,7 @@ fi
 answer_with() {
   local step=$1 params="$OUT_DIR/$variant.$2.params" out="$OUT_DIR/$variant.$3" name=${variant}_$3; shift 3
   timed ${variant}_$step $RUN finetune $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.pretrain.params" \
-    --writing_params_path "$params" --finetune_corpus_path birth_places_train.tsv "$@" $FT_FLAGS $flags $COMMON
+    --writing_params_path "$params" --finetune_corpus_path birth_places_train.tsv "$@" $flags $COMMON
   timed ${name}_dev $RUN evaluate $variant wiki.txt --reading_params_path "$params" --eval_corpus_path birth_dev.tsv \
     --outputs_path "$out.dev.predictions" --scores_path "$out.dev.scores.tsv" $flags $COMMON
   timed ${name}_test $RUN evaluate $variant wiki.txt --reading_params_path "$params" \
@@ -187,8 +219,8 @@ for variant in "${VARIANT_LIST[@]}"; do
     $PRE_FLAGS $BUDGET_FLAGS $flags $COMMON
   # The direct protocol (the handout's), then the recite protocol: a reader finetuned from the same
   # pretrained params answers from what they recite about each person (src/recite.py).
-  answer_with finetune finetune pretrain
-  answer_with reader reader recite --recite
+  answer_with finetune finetune pretrain $FT_FLAGS
+  answer_with reader reader recite --recite $READER_FLAGS
   if [ -z "${PLANNED_MINUTES:-}" ]; then  # no plan (the handout's recipe): the first variant's steps time the rest
     PLANNED_MINUTES=$(awk -v e="$((SECONDS - START))" -v c="$((SECONDS - cycle_start))" -v n="${#VARIANT_LIST[@]}" \
       'BEGIN { printf "%.0f", (e + c * (n - 1)) / 60 }')

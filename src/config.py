@@ -3,6 +3,7 @@ their resolution, the TrainerConfig of a phase and the GPT a command builds."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -53,7 +54,7 @@ PRESETS = {
     "cpu": {
         "pretrain": {"max_epochs": 150, "batch_size": 32, "pretrain_lr": 1e-3, "dropout": 0.0, "optimizer": "muon",
                      "budget_minutes": 60, "schedule": "run"},
-        "finetune": {},
+        "finetune": {"schedule": "run"},
         "finetune_pretrained": {"max_epochs": 5, "finetune_lr": 1e-4, "dropout": 0.0},
         "reader": {"max_epochs": 10},
     },
@@ -137,7 +138,8 @@ class RunConfig:
     decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
     budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu the "
                                         "epochs are planned after every epoch to fill it at the pace measured, "
-                                        "the cosine ending with them", RUN, PRETRAIN, type=float, above=0)  # fmt: skip
+                                        "the cosine ending with them (finetuning: from scratch only)", RUN, TRAIN,
+                                        type=float, above=0)  # fmt: skip
     max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, TRAIN, type=int, at_least=1)
     resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, TRAIN, action="store_true")
     ckpt_every: int = flag(100, "optimizer steps between checkpoints (0: at the end)", RUN, TRAIN, type=int,
@@ -185,33 +187,72 @@ def resolve(typed: dict) -> RunConfig:
     return config
 
 
-def pretrain_budget_minutes(
+# run.sh's plan with the cpu preset: the answers come from the pretrainings, which get at least this share of the
+# run; the finetune without pretraining (a control that scores near zero) at most this one, its epochs planned to it.
+PRETRAIN_SHARE, CONTROL_SHARE = 0.6, 0.05
+STEP_MARGIN = 5  # seconds a run.py step spends starting (torch, the data) beside its work
+
+
+@dataclass
+class RunPlan:
+    """run.sh's plan: each step's minutes by run.sh's step name (a pretraining's are its --budget_minutes), and the
+    epochs of the steps whose epochs are planned (the control and the readers)."""
+
+    minutes: dict[str, float]
+    epochs: dict[str, int]
+
+    def lines(self, total_minutes: float) -> list[str]:
+        """The plan as said before the work: a line a step, then the pretrainings' share of the run."""
+        pretraining = sum(m for step, m in self.minutes.items() if step.endswith("_pretrain"))
+        steps = [
+            f"  {step:30} {m:6.1f} min" + (f" ({self.epochs[step]} epochs)" if step in self.epochs else "")
+            for step, m in self.minutes.items()
+        ]
+        share = f"{pretraining:.0f} of {sum(self.minutes.values()):.0f} min, {pretraining / total_minutes:.0%}"
+        return [*steps, f"  pretraining: {share} of TOTAL_MINUTES"]
+
+
+def plan_run(
     total_minutes: float,
-    used_seconds: float,
-    nopretrain_seconds: float,
-    dev_seconds: float,
+    epoch: float,
+    dev: float,
     variants: list[str],
     bottleneck_dim: int,
+    control_seconds: float | None = None,
     nopretrain_epochs: int | None = None,
     finetune_epochs: int | None = None,
-) -> tuple[float, float]:
-    """run.sh with the cpu preset: (the minutes each of `variants` may pretrain, the minutes of every other step). Each
-    pretraining gets an equal share, at least a minute, of what is left of total_minutes once the other steps are set
-    aside: those done (used_seconds) and those to come, estimated from two steps just timed on this machine: the
-    finetune from scratch (nopretrain_seconds for nopretrain_epochs of question examples) and one dev evaluation
-    (dev_seconds). finetune_epochs: the finetunes' after pretraining; None: the preset's."""
-    epoch = nopretrain_seconds / (nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs"))
-    finetune_pretrained, reader = (finetune_epochs or preset_value("cpu", p, "max_epochs") for p in
-                                   ("finetune_pretrained", "reader"))  # fmt: skip
-    others = used_seconds
-    for variant in variants:
-        chars = default_recite_chars(variant, bottleneck_dim)
-        # A recite reader's epoch took about 2.7 epochs of questions: its examples (the recitations that
-        # hold their place, about 85%) are three times as long at 100 characters of recitation.
-        reader_epoch = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
-        # six evaluations' worth: direct and recite answers to dev and test, reciting the training people
-        others += epoch * finetune_pretrained + reader_epoch * reader + 6 * dev_seconds + 30  # and a margin
-    return max(1.0, (total_minutes * 60 - others) / len(variants) / 60), others / 60
+) -> RunPlan:
+    """run.sh's plan with the cpu preset, from the seconds of an epoch of the finetune's questions and of a dev
+    evaluation on this machine. The finetunes after pretraining and the evaluations stay whole; the control takes at
+    most CONTROL_SHARE (control_seconds, once it ran); the readers' epochs, the same for every variant, fill what is
+    left above PRETRAIN_SHARE; the pretrainings share the rest (at least a minute each). nopretrain_epochs and
+    finetune_epochs (the finetunes' and readers'): run.sh's; None: the preset's."""
+    total, control_epochs = total_minutes * 60, nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs")
+    if control_seconds is None:
+        control_epochs = max(1, min(control_epochs, math.floor(CONTROL_SHARE * total / epoch)))
+        control_seconds = control_epochs * epoch + STEP_MARGIN
+    seconds = {"london": STEP_MARGIN, "vanilla_nopretrain_finetune": control_seconds, "vanilla_nopretrain_dev": dev}
+    finetune = (finetune_epochs or preset_value("cpu", "finetune_pretrained", "max_epochs")) * epoch + STEP_MARGIN
+    reader_epoch = {}
+    for v in variants:
+        chars = default_recite_chars(v, bottleneck_dim)
+        # A reader's examples (the recitations that hold their place, about 85%, and the answer) made an epoch of
+        # about 2.7 epochs of questions at 100 characters. Reciting the dev or test people took about four times
+        # their direct answers; reciting the 2,000 training people, eight dev evaluations.
+        reader_epoch[v] = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
+        recite = dev * (1 + 4 * chars / RECITE_CHARS)
+        steps = {"pretrain": 0, "finetune": finetune, "pretrain_dev": dev, "pretrain_test": dev,
+                 "reader": 8 * dev * chars / RECITE_CHARS + STEP_MARGIN, "recite_dev": recite, "recite_test": recite}  # fmt: skip
+        seconds |= {f"{v}_{step}": s for step, s in steps.items()}
+    room = (1 - PRETRAIN_SHARE) * total - sum(seconds.values())
+    reader_epochs = finetune_epochs or preset_value("cpu", "reader", "max_epochs")
+    reader_epochs = max(1, min(reader_epochs, math.floor(room / sum(reader_epoch.values()))))
+    for v in variants:
+        seconds[f"{v}_reader"] += reader_epochs * reader_epoch[v]
+    pretrain = max(60, (total - sum(seconds.values())) / len(variants))
+    minutes = {step: (pretrain if step.endswith("_pretrain") else s) / 60 for step, s in seconds.items()}
+    epochs = {"vanilla_nopretrain_finetune": control_epochs} | {f"{v}_reader": reader_epochs for v in variants}
+    return RunPlan(minutes, epochs)
 
 
 def trainer_config(
@@ -237,9 +278,9 @@ def trainer_config(
 
 
 def time_budget(args: RunConfig) -> tuple[float | None, bool]:
-    """(seconds, fit) of a pretraining's time budget: fit plans the run to it (the "run" schedule,
+    """(seconds, fit) of a training's time budget: fit plans the run to it (the "run" schedule,
     whose cosine spans the run), else the budget cuts the run off."""
-    if args.function != "pretrain" or args.budget_minutes is None:
+    if args.budget_minutes is None:
         return None, False
     return args.budget_minutes * 60, args.schedule == "run"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, real_data
 
-from config import pretrain_budget_minutes
+from config import CONTROL_SHARE, PRETRAIN_SHARE, STEP_MARGIN, RunPlan, plan_run
 
 
 def run_sh(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
@@ -35,7 +35,8 @@ def test_run_sh_refuses_a_bad_setting_in_one_line_before_any_step(tmp_path):
 @pytest.mark.parametrize(
     ("setting", "value"),
     [("SEED", "x"), ("SEED", str(2**32)), ("TOTAL_MINUTES", "abc"), ("TOTAL_MINUTES", "0"), ("PRESET", "gpu")]
-    + [("PRETRAIN_EPOCHS", "0"), ("FINETUNE_EPOCHS", "1.5"), ("NOPRETRAIN_EPOCHS", "-1"), ("RECORD", "yes")],
+    + [("PRETRAIN_EPOCHS", "0"), ("FINETUNE_EPOCHS", "1.5"), ("NOPRETRAIN_EPOCHS", "-1"), ("RECORD", "yes")]
+    + [("PLAN_ONLY", "yes")],
 )
 def test_run_sh_names_each_bad_setting_before_any_step(tmp_path, setting, value):
     proc = run_sh(tmp_path, **{setting: value})
@@ -299,7 +300,7 @@ def test_variants_are_words_on_any_whitespace(tmp_path, sep):
     out, log = fake_run(tmp_path, VARIANTS=f"vanilla{sep}rope")
     pretrained = [line.split()[2] for line in log.splitlines() if line.startswith("src/run.py pretrain ")]
     assert pretrained == ["vanilla", "rope"]
-    assert "variants: vanilla rope;" in out and "each of the 2 pretrainings" in out
+    assert "variants: vanilla rope;" in out and "the 2 pretrainings" in out
 
 
 def test_the_seed_every_step_uses_is_the_one_the_header_and_report_state(tmp_path):
@@ -312,34 +313,82 @@ def test_the_seed_every_step_uses_is_the_one_the_header_and_report_state(tmp_pat
 
 
 # ---------------------------------------------------------------------------
-# run.sh's plan: each pretraining's share of TOTAL_MINUTES (config.pretrain_budget_minutes)
+# run.sh's plan with the cpu preset (config.plan_run), from an epoch of questions and a dev evaluation
 
 THREE = ["vanilla", "perceiver", "rope"]
+SLOW = {"question_epoch_seconds": 41.2, "dev_seconds": 15.0}  # a 2-core Zen 3 (AVX2, bf16 emulated)
+FAST = {"question_epoch_seconds": 7.6, "dev_seconds": 5.0}  # a 2-core Zen 4 (AVX-512 with bf16)
 
 
-def budget(variants: list[str], total: float = 120, used: float = 600, nopretrain: float = 600, dev: float = 10):
-    return pretrain_budget_minutes(total, used, nopretrain, dev, variants, bottleneck_dim=64)[0]
+def plan(machine: dict, variants: list[str] = THREE, total: float = 120, **epochs) -> RunPlan:
+    return plan_run(total, machine["question_epoch_seconds"], machine["dev_seconds"], variants, 64, **epochs)
 
 
-def test_the_pretrainings_share_what_is_left_once_the_other_steps_are_set_aside():
-    left = 120 - 600 / 60
-    assert 0.75 * left / 3 < budget(THREE) < left / 3
+def test_on_a_slow_cpu_each_of_three_pretrainings_gets_a_fifth_of_the_run_and_the_plan_fits():
+    slow = plan(SLOW)
+    assert slow.minutes["vanilla_pretrain"] >= 0.2 * 120  # 24 minutes each
+    assert sum(slow.minutes.values()) <= 120
 
 
-def test_a_machine_slower_at_the_timed_steps_gives_each_pretraining_less():
-    assert budget(THREE, nopretrain=900, dev=15) < budget(THREE)
+def test_on_a_slow_cpu_the_readers_and_the_control_train_fewer_epochs_instead_of_the_pretrainings():
+    slow, fast = plan(SLOW), plan(FAST)
+    assert slow.epochs["rope_reader"] < fast.epochs["rope_reader"] == 10  # the preset's, whole where they fit
+    assert slow.epochs["vanilla_nopretrain_finetune"] < fast.epochs["vanilla_nopretrain_finetune"] <= 75
+    assert slow.minutes["vanilla_finetune"] > 5 * 41.2 / 60  # the finetunes stay whole (5 epochs)
+
+
+def test_the_control_is_planned_to_at_most_its_share_of_the_run():
+    for machine in (SLOW, FAST):
+        assert plan(machine).minutes["vanilla_nopretrain_finetune"] <= CONTROL_SHARE * 120 + STEP_MARGIN / 60
+
+
+def test_the_pretrainings_get_at_least_their_share_while_the_other_steps_leave_room():
+    for machine in (SLOW, FAST):
+        assert 3 * plan(machine).minutes["rope_pretrain"] >= PRETRAIN_SHARE * 120
 
 
 def test_the_perceivers_shorter_recitation_leaves_more_time_to_pretrain():
-    assert budget(["vanilla", "perceiver"]) > budget(["vanilla", "rope"])
+    with_perceiver = plan(FAST, ["vanilla", "perceiver"]).minutes["vanilla_pretrain"]
+    assert with_perceiver > plan(FAST, ["vanilla", "rope"]).minutes["vanilla_pretrain"]
 
 
-def test_a_run_with_no_time_left_still_pretrains_for_a_minute():
-    assert budget(THREE, total=10) == 1.0
+def test_a_run_with_no_time_left_still_pretrains_for_a_minute_and_reads_for_an_epoch():
+    tight = plan(SLOW, total=10)
+    assert tight.minutes["rope_pretrain"] == 1.0
+    assert tight.epochs == {
+        "vanilla_nopretrain_finetune": 1,
+        "vanilla_reader": 1,
+        "perceiver_reader": 1,
+        "rope_reader": 1,
+    }
 
 
-def test_the_other_steps_estimate_follows_the_epochs_a_smoke_run_asks_for():
-    full = pretrain_budget_minutes(120, 600, 600, 10, THREE, 64)[1]
-    smoke = pretrain_budget_minutes(120, 600, 8, 10, THREE, 64, nopretrain_epochs=1, finetune_epochs=1)[1]
-    assert smoke < full  # one epoch of finetuning from scratch in 8 s: finetunes of one epoch after pretraining
-    assert smoke > 600 / 60  # the time already spent counts
+def test_the_plan_follows_the_epochs_a_smoke_run_asks_for():
+    smoke = plan(FAST, nopretrain_epochs=1, finetune_epochs=1)
+    assert set(smoke.epochs.values()) == {1}
+    assert smoke.minutes["vanilla_finetune"] < plan(FAST).minutes["vanilla_finetune"]
+
+
+def test_the_plan_names_every_step_run_sh_runs_with_its_minutes(tmp_path):
+    fake_run(tmp_path, VARIANTS="vanilla rope")
+    steps = (tmp_path / "out" / "times.txt").read_text().split()[0::2]
+    lines = plan(SLOW, ["vanilla", "rope"]).lines(120)
+    assert [line.split()[0] for line in lines[:-1]] == steps
+    assert all(line.split()[2] == "min" for line in lines[:-1])
+
+
+def test_plan_only_says_the_plan_for_the_given_figures_and_runs_nothing(tmp_path):
+    proc = run_sh(tmp_path, PLAN_ONLY="1", QUESTION_EPOCH_SECONDS="41.2", DEV_SECONDS="15", PRESET="cpu")
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout.split(
+        "run.sh: the plan for TOTAL_MINUTES=120, at 41.2 s an epoch of questions, 15.0 s a dev evaluation:\n"
+    )[1]
+    assert said.splitlines() == plan(SLOW).lines(120)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_figures_of_a_plan_are_refused_without_plan_only(tmp_path):
+    proc = run_sh(tmp_path, DEV_SECONDS="15")
+    refused_before_any_step(
+        proc, tmp_path, "run.sh: QUESTION_EPOCH_SECONDS and DEV_SECONDS are for PLAN_ONLY=1 (a run measures them)"
+    )
