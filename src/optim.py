@@ -43,10 +43,16 @@ def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor
     tall = x.size(0) > x.size(1)
     x = x.T if tall else x
     x = x / (x.norm() + 1e-7)
+    # On one thread: LAPACK's eigensolver joins its threads at every block of columns, and beside another busy process
+    # each join waits for a time slice (bench/RESEARCH.md); alone, one thread is about as fast.
+    gram, threads = x @ x.T, torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        eigenvalues, eigenvectors = torch.linalg.eigh(x @ x.T)
+        eigenvalues, eigenvectors = torch.linalg.eigh(gram)
     except torch.linalg.LinAlgError:  # no convergence (e.g. a non-finite gradient): the iteration decides
         return orthogonalize(matrix, steps)
+    finally:
+        torch.set_num_threads(threads)
     squared = eigenvalues.clamp_min(0)  # rounding can leave tiny negative eigenvalues
     ratio = torch.ones_like(squared)  # the iteration's output singular value over its input one
     for _ in range(steps):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import FP32_EPS, forward_terms, rounding_tolerance
 
 from attention import rotary_table, rotate
 from bench.course import apply_rope, course_copy
@@ -30,6 +31,7 @@ CONFIGS = {
     "perceiver": {"variant": "perceiver", "bottleneck_dim": 6},
     "rope": {"variant": "rope"},
 }
+TERMS = forward_terms(n_layer=4, n_embd=16, n_head=2, length=16)  # the sums in trained_looking's logits
 
 
 def trained_looking(variant: str, seed: int = 0) -> GPT:
@@ -50,8 +52,11 @@ def test_params_give_the_course_models_logits_and_loss(variant, length):
     idx, targets = torch.randint(0, 30, (3, length)), torch.randint(0, 30, (3, length))
     ours, loss = model(idx, targets)
     course, course_loss = course_copy(model)(idx, targets)
-    torch.testing.assert_close(ours, course, atol=2e-5, rtol=2e-5)
-    torch.testing.assert_close(loss, course_loss, atol=2e-5, rtol=2e-5)
+    logits = course.abs().max()
+    torch.testing.assert_close(ours, course, **rounding_tolerance(TERMS, logits))
+    # The loss moves by at most twice its logits' rounding, and its own sums add 30 logits' exponentials and the
+    # 3 * length targets' losses.
+    torch.testing.assert_close(loss, course_loss, **rounding_tolerance(2 * TERMS + 30 + 3 * length, logits))
 
 
 @pytest.mark.parametrize("variant", list(CONFIGS))
@@ -63,7 +68,8 @@ def test_course_model_params_load_strictly_and_give_the_same_logits(variant):
     ours = trained_looking(variant, seed=2)
     ours.load_state_dict(course.state_dict())  # strict
     idx = torch.randint(0, 30, (2, 12))
-    torch.testing.assert_close(ours(idx)[0], course(idx)[0], atol=2e-5, rtol=2e-5)
+    theirs = course(idx)[0]
+    torch.testing.assert_close(ours(idx)[0], theirs, **rounding_tolerance(TERMS, theirs.abs().max()))
 
 
 def test_perceiver_down_projection_reads_the_input_without_a_layernorm():
@@ -89,23 +95,28 @@ def test_rope_cache_holds_cos_and_sin_of_position_times_theta():
     assert table.shape == (128, 16, 2)
     for t, i in [(0, 0), (1, 0), (5, 3), (77, 15), (127, 8)]:
         theta = 10000 ** (-2 * i / 32)
-        assert table[t, i, 0].item() == pytest.approx(math.cos(t * theta), abs=1e-6)
-        assert table[t, i, 1].item() == pytest.approx(math.sin(t * theta), abs=1e-6)
+        # Computed in float64, then rounded once to fp32: off by half an eps at most, for values at most 1.
+        assert table[t, i, 0].item() == pytest.approx(math.cos(t * theta), abs=FP32_EPS)
+        assert table[t, i, 1].item() == pytest.approx(math.sin(t * theta), abs=FP32_EPS)
 
 
 def test_rotating_equals_multiplying_consecutive_pairs_as_complex_numbers():
     x = torch.randn(2, 3, 10, 8)
     table = rotary_table(10, 8)
-    torch.testing.assert_close(rotate(x, table), apply_rope(x, table))
+    # The same table: each output sums two products of values of x and a cosine or sine (at most 1).
+    torch.testing.assert_close(rotate(x, table), apply_rope(x, table), **rounding_tolerance(2, 2 * x.abs().max()))
 
 
 def test_rope_attention_scores_depend_on_relative_positions_only():
     q, k = torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
     table = rotary_table(40, 8)
     scores = rotate(q, table[:7]) @ rotate(k, table[:7]).transpose(-2, -1)
+    # A rotated value sums two products of values of x and the table's cosines and sines, each rounded once to fp32
+    # (3 eps of at most 2 max |x| in all); a score sums 8 products of rotated values: 3 + 3 + 8 eps of its scale.
+    scale = 8 * (2 * q.abs().max()) * (2 * k.abs().max())
     for shift in (1, 5, 33):
         moved = rotate(q, table[shift : shift + 7]) @ rotate(k, table[shift : shift + 7]).transpose(-2, -1)
-        torch.testing.assert_close(moved, scores, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(moved, scores, **rounding_tolerance(3 + 3 + 8, scale))
 
 
 def test_rope_model_sees_positions_only_through_its_rotations():

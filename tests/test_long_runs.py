@@ -44,6 +44,7 @@ def test_resumed_training_ends_bit_identical_to_an_uninterrupted_run(optimizer, 
     torch.manual_seed(123)  # a different RNG state, which resume must restore
     second.resume(torch_load_safe(tmp_path / "a.ckpt"))
     second.train()
+    # Bitwise by design: the checkpoint restores every value and random state, and the same kernels replay the rest.
     assert second.state.losses == straight.state.losses
     for (name, a), b in zip(straight.model.state_dict().items(), second.model.state_dict().values()):
         assert torch.equal(a, b), name
@@ -78,7 +79,7 @@ def test_run_killed_with_sigkill_resumes_to_the_same_final_params(tiny_corpus, t
     subprocess.run(cmd + ["--resume"], check=True, capture_output=True, cwd=tmp_path)
     a = torch.load(straight_dir / "pt.params", weights_only=True)
     b = torch.load(tmp_path / "pt.params", weights_only=True)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise by design: resumed, the same kernels replay the run
 
 
 def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tiny_corpus, tmp_path):
@@ -126,7 +127,7 @@ def test_same_seed_gives_identical_params(tiny_corpus, tmp_path, monkeypatch):
         argv = ["pretrain", "vanilla", str(tiny_corpus), "--writing_params_path", f"{name}.params", "--seed", "7"]
         assert run.main(argv + ["--max_steps", "3", *TINY_MODEL]) == 0
     a, b = (torch.load(f"{n}.params", weights_only=True) for n in "ab")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise by design: the same operations on the same numbers
 
 
 def test_crash_during_a_write_leaves_the_old_file_intact(tmp_path):
@@ -154,7 +155,7 @@ utils.torch_save_atomic({{"w": torch.zeros(3)}}, {str(target)!r})
 """
     proc = subprocess.run([sys.executable, "-c", script])
     assert proc.returncode == -signal.SIGKILL
-    assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))
+    assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))  # bitwise by design: the old file
 
 
 def test_resume_on_a_changed_corpus_is_refused(tiny_corpus, tmp_path, monkeypatch, capsys):
