@@ -136,10 +136,10 @@ class RunConfig:
     schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
     order: str = flag("bucketed", None, RECIPE, TRAIN, choices=ORDERS)
     decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
-    budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu the "
-                                        "epochs are planned after every epoch to fill it at the pace measured, "
-                                        "the cosine ending with them (finetuning: from scratch only)", RUN, TRAIN,
-                                        type=float, above=0)  # fmt: skip
+    budget_minutes: float | None = flag(None, "stop after this many minutes of training; with --preset cpu "
+                                        "(pretraining, finetuning from scratch) the epochs are planned after every "
+                                        "epoch to fill it at the pace measured, the cosine ending with them", RUN,
+                                        TRAIN, type=float, above=0)  # fmt: skip
     max_steps: int | None = flag(None, "stop after this many optimizer steps", RUN, TRAIN, type=int, at_least=1)
     resume: bool = flag(False, "continue from <writing_params_path>.ckpt", RUN, TRAIN, action="store_true")
     ckpt_every: int = flag(100, "optimizer steps between checkpoints (0: at the end)", RUN, TRAIN, type=int,
