@@ -206,6 +206,7 @@ def machine(src: SimpleNamespace, bf16: bool, peak_n: int) -> dict:
         "cpu": {k: info[k] for k in ("model name", "cpu family", "model", "stepping") if k in info},
         "flags": sorted(research.cpu_flags() & FLAGS),
         "threads": torch.get_num_threads(),
+        "kernels": src.machine.kernels() if hasattr(src.machine, "kernels") else None,
         "torch": torch.__version__,
         "precision": "bf16" if bf16 else "fp32",
         "peak_gflops": research.matmul_gflops(peak_n, peak_n, peak_n, dtype),

@@ -101,18 +101,19 @@ def measure(device: torch.device) -> Measured:
     return Measured(flops / best[1] / 1e9, flops / best[0] / 1e9, best[2] / best[0], time.strftime("%Y-%m-%d"))
 
 
-# The settings that choose which kernels torch's libraries run (ATen's own through its reported capability): the
-# same CPU measures otherwise under each, e.g. bf16 emulated where oneDNN is held below AVX512_CORE_BF16.
-KERNEL_SETTINGS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+def kernels() -> str:
+    """The kernels torch runs on this CPU: ATen's capability, and the settings that hold oneDNN's and MKL's lower
+    (the same CPU measures otherwise under each: bf16 is emulated where oneDNN is held below AVX512_CORE_BF16)."""
+    held = [f"{k}={os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)]
+    return ", ".join([f"kernels {torch.backends.cpu.get_cpu_capability()}", *held])
 
 
 def machine_key(device: torch.device) -> str:
-    """What a measurement holds for: the CPU, its cores, the kernels torch runs on it, the device and torch."""
+    """What a measurement holds for: the CPU, its cores and kernels, the device and torch."""
     cpu = cpu_info()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu.get("model name")
     parts = [name or platform.processor(), f"family {cpu.get('cpu family')} model {cpu.get('model')}",
-             f"{os.cpu_count()} cores", f"kernels {torch.backends.cpu.get_cpu_capability()}",
-             *(f"{k}={os.environ[k]}" for k in KERNEL_SETTINGS if os.environ.get(k)), f"torch {torch.__version__}"]  # fmt: skip
+             f"{os.cpu_count()} cores", kernels(), f"torch {torch.__version__}"]  # fmt: skip
     return f"{device.type}: " + ", ".join(parts)
 
 
