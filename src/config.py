@@ -22,6 +22,7 @@ from utils import (
     check_path_given,
     find_data_file,
     physical_memory,
+    plural,
     setting,
     setting_problems,
 )
@@ -205,7 +206,7 @@ class RunPlan:
         """The plan as said before the work: a line a step, then the pretrainings' share of the run."""
         pretraining = sum(m for step, m in self.minutes.items() if step.endswith("_pretrain"))
         steps = [
-            f"  {step:30} {m:6.1f} min" + (f" ({self.epochs[step]} epochs)" if step in self.epochs else "")
+            f"  {step:30} {m:6.1f} min" + (f" ({plural(self.epochs[step], 'epoch')})" if step in self.epochs else "")
             for step, m in self.minutes.items()
         ]
         share = f"{pretraining:.0f} of {sum(self.minutes.values()):.0f} min, {pretraining / total_minutes:.0%}"
@@ -227,10 +228,11 @@ def plan_run(
     most CONTROL_SHARE (control_seconds, once it ran); the readers' epochs, the same for every variant, fill what is
     left above PRETRAIN_SHARE; the pretrainings share the rest (at least a minute each). nopretrain_epochs and
     finetune_epochs (the finetunes' and readers'): run.sh's; None: the preset's."""
-    total, control_epochs = total_minutes * 60, nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs")
-    if control_seconds is None:
-        control_epochs = max(1, min(control_epochs, math.floor(CONTROL_SHARE * total / epoch)))
-        control_seconds = control_epochs * epoch + STEP_MARGIN
+    total, epochs = total_minutes * 60, {}
+    if control_seconds is None:  # else it ran, and said its epochs
+        control_epochs = nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs")
+        epochs["vanilla_nopretrain_finetune"] = max(1, min(control_epochs, math.floor(CONTROL_SHARE * total / epoch)))
+        control_seconds = epochs["vanilla_nopretrain_finetune"] * epoch + STEP_MARGIN
     seconds = {"london": STEP_MARGIN, "vanilla_nopretrain_finetune": control_seconds, "vanilla_nopretrain_dev": dev}
     finetune = (finetune_epochs or preset_value("cpu", "finetune_pretrained", "max_epochs")) * epoch + STEP_MARGIN
     reader_epoch = {}
@@ -251,8 +253,7 @@ def plan_run(
         seconds[f"{v}_reader"] += reader_epochs * reader_epoch[v]
     pretrain = max(60, (total - sum(seconds.values())) / len(variants))
     minutes = {step: (pretrain if step.endswith("_pretrain") else s) / 60 for step, s in seconds.items()}
-    epochs = {"vanilla_nopretrain_finetune": control_epochs} | {f"{v}_reader": reader_epochs for v in variants}
-    return RunPlan(minutes, epochs)
+    return RunPlan(minutes, epochs | {f"{v}_reader": reader_epochs for v in variants})
 
 
 def trainer_config(

@@ -363,6 +363,11 @@ def test_a_run_with_no_time_left_still_pretrains_for_a_minute_and_reads_for_an_e
     }
 
 
+def test_a_plan_made_once_the_control_ran_counts_its_seconds_and_plans_no_epochs_for_it():
+    after = plan_run(120, 41.2, 15, THREE, 64, control_seconds=300)
+    assert after.minutes["vanilla_nopretrain_finetune"] == 5.0 and "vanilla_nopretrain_finetune" not in after.epochs
+
+
 def test_the_plan_follows_the_epochs_a_smoke_run_asks_for():
     smoke = plan(FAST, nopretrain_epochs=1, finetune_epochs=1)
     assert set(smoke.epochs.values()) == {1}
