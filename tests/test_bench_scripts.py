@@ -10,12 +10,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import PEOPLE
 from torch.utils.tensorboard import SummaryWriter
 
 import logs
 import run
-from bench import bench_epoch, gpu_check, report
+from bench import bench_epoch, gpu_check, report, research
 from bench.research import (
     LoggedEpochs,
     accuracy,
@@ -182,3 +183,14 @@ def test_bench_epoch_times_the_handout_step_on_micro_batches_that_leave_padding_
     assert (row["order"], row["optimizer"], row["micro_batch"]) == ("file", "adamw", 2)
     assert row["target_positions_per_step"] <= row["positions_per_step"] < row["padded_positions_per_step"]
     assert row["optimizer_gflop_per_step"] == 0  # AdamW: no Newton–Schulz iteration
+
+
+# ---------------------------------------------------------------------------
+# The matmul peak
+
+
+def test_the_matmul_peak_shrinks_a_product_too_slow_for_its_time_bound_and_says_the_shape_timed(capsys):
+    # No CPU multiplies 2048^3 in a millisecond, a tenth of this bound: the sides are halved until one product fits.
+    assert research.matmul_gflops(2048, 2048, 2048, torch.float32, seconds=0.01) > 0
+    said = capsys.readouterr().err
+    assert said.startswith("timing a (") and "(2048, 2048)" not in said and "for about 0.01 s" in said
