@@ -117,31 +117,55 @@ def machine_key(device: torch.device) -> str:
     return f"{device.type}: " + ", ".join(parts)
 
 
-def cache_path() -> Path:
-    """$XDG_CACHE_HOME/birthplace-gpt/machine.json (XDG_CACHE_HOME defaults to ~/.cache)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "birthplace-gpt" / "machine.json"
+def cache_path() -> Path | None:
+    """$XDG_CACHE_HOME/birthplace-gpt/machine.json, where XDG_CACHE_HOME is ~/.cache when unset, empty or relative
+    (the XDG rule); None where there is no absolute home to hold it."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        home = os.path.expanduser("~")  # "~" itself when no home can be found
+        if not os.path.isabs(home) or home == "/":
+            return None
+        base = os.path.join(home, ".cache")
+    return Path(base) / "birthplace-gpt" / "machine.json"
+
+
+def cached_entry(entry: object) -> Measured | None:
+    """A cache entry as a Measured, or None unless each rate is a finite number in (0, 1e6] (no core reaches a
+    PFLOP/s; a split costing a thousand times the whole is no measurement) and the date a string."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("date"), str):
+        return None
+    rates = [entry.get(k) for k in ("bf16_gflops", "fp32_gflops", "split_cost")]
+    if not all(type(r) in (int, float) and 0 < r <= (1e3 if i == 2 else 1e6) for i, r in enumerate(rates)):
+        return None  # NaN fails both comparisons
+    return Measured(*map(float, rates), entry["date"], source="cached")
 
 
 _decided: dict[str, Measured] = {}  # this process's, by machine key
 
 
 def measured(device: torch.device) -> Measured:
-    """This machine's measurement: from this process, the cache (written for this very machine), or
-    measured now and cached (a cache folder that cannot be written only costs a second next time)."""
+    """This machine's measurement: from this process, the cache (written for this very machine), or measured
+    now and cached. The cache is data from outside: a damaged entry is measured over; a path that is no
+    regular file (a link, a FIFO), a folder that cannot be written, or no home only cost a second next time."""
     key = machine_key(device)
     if key in _decided:
         return _decided[key]
     path, cache = cache_path(), {}
-    with contextlib.suppress(OSError, ValueError):
-        cache = json.loads(path.read_text(encoding="utf-8"))
-    try:
-        found = Measured(**{**cache[key], "source": "cached"})
-    except (KeyError, TypeError):
+    usable = path is not None and (not os.path.lexists(path) or (path.is_file() and not path.is_symlink()))
+    if usable and path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            cache = json.loads(path.read_text(encoding="utf-8"))
+    found = cached_entry(cache.get(key)) if isinstance(cache, dict) else None
+    if found is None:
         found = measure(device)
-        with contextlib.suppress(OSError, UserError, TypeError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            entry = {k: v for k, v in asdict(found).items() if k != "source"}
-            write_json_atomic(path, {**(cache if isinstance(cache, dict) else {}), key: entry})
+        entry = {k: v for k, v in asdict(found).items() if k != "source"}
+        if usable:
+            with contextlib.suppress(OSError, UserError):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(path, {**(cache if isinstance(cache, dict) else {}), key: entry})
+        else:
+            where = f"{path} is not a regular file" if path else "no home folder holds it"
+            print(f"note: this machine's measurement is not cached ({where})")
     _decided[key] = found
     return found
 

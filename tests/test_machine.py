@@ -4,6 +4,8 @@ decided by timing this machine, cached per machine, said in one line, overridabl
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -104,3 +106,56 @@ def test_a_verdict_holds_for_the_kernels_it_was_measured_with(fresh_cache, monke
     monkeypatch.setattr(machine, "_decided", {})
     machine.choose(CPU, say=False)
     assert len(fresh_cache) == 3 and len(json.loads(machine.cache_path().read_text())) == 3
+
+
+# The cache is data from outside: whatever a user's machine left in it is measured over, never trusted or followed.
+GOOD = {"bf16_gflops": 60.0, "fp32_gflops": 283.0, "split_cost": 1.05, "date": "2026-11-28"}
+DAMAGED = [("bf16_gflops", "fast"), ("bf16_gflops", None), ("split_cost", "cheap"), ("bf16_gflops", -1),
+           ("fp32_gflops", -5), ("bf16_gflops", float("inf")), ("bf16_gflops", 1e308), ("bf16_gflops", True),
+           ("fp32_gflops", False), ("split_cost", float("nan")), ("split_cost", 0), ("date", 20261128)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "value"), DAMAGED)
+def test_a_damaged_cache_entry_is_measured_over_and_rewritten(fresh_cache, field, value):
+    key = machine.machine_key(CPU)
+    machine.cache_path().parent.mkdir(parents=True)
+    machine.cache_path().write_text(json.dumps({key: {**GOOD, "bf16_gflops": 999.0, field: value}}))
+    assert machine.choose(CPU, say=False)["precision"] == "fp32" and len(fresh_cache) == 1
+    assert json.loads(machine.cache_path().read_text())[key] == GOOD  # the measurement replaced it
+
+
+def test_a_cache_path_that_is_a_fifo_is_neither_read_nor_written(fresh_cache, capsys):
+    machine.cache_path().parent.mkdir(parents=True)
+    os.mkfifo(machine.cache_path())
+    assert machine.choose(CPU, say=False)["precision"] == "fp32" and len(fresh_cache) == 1
+    assert stat.S_ISFIFO(machine.cache_path().stat().st_mode)
+    assert "is not a regular file" in capsys.readouterr().out
+
+
+def test_a_cache_path_that_links_to_a_users_file_leaves_it_as_it_was(fresh_cache, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    machine.cache_path().parent.mkdir(parents=True)
+    machine.cache_path().symlink_to(notes)
+    machine.choose(CPU, say=False)
+    assert notes.read_text() == "mine\n" and machine.cache_path().is_symlink()
+
+
+@pytest.mark.parametrize("xdg", ["relative/cache", ""])
+def test_a_relative_or_empty_xdg_cache_home_means_the_homes_cache(fresh_cache, tmp_path, monkeypatch, xdg):
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert machine.cache_path() == tmp_path / "home" / ".cache" / "birthplace-gpt" / "machine.json"
+
+
+@pytest.mark.parametrize("home", [None, ""])
+def test_without_a_home_the_run_measures_without_a_cache_and_says_so(fresh_cache, monkeypatch, capsys, home):
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    if home is None:  # a uid without a passwd entry, HOME unset: expanduser gives "~" back
+        monkeypatch.delenv("HOME", raising=False)
+        monkeypatch.setattr(os.path, "expanduser", lambda path: path)
+    else:
+        monkeypatch.setenv("HOME", home)
+    assert machine.cache_path() is None
+    assert machine.choose(CPU, say=False)["precision"] == "fp32" and len(fresh_cache) == 1
+    assert "not cached (no home folder holds it)" in capsys.readouterr().out
