@@ -97,12 +97,14 @@ def test_the_probe_times_both_precisions_on_one_core_and_leaves_the_thread_count
 
 
 def test_a_verdict_holds_for_the_kernels_it_was_measured_with(fresh_cache, monkeypatch):
-    # The same CPU held to other kernels (oneDNN's or MKL's instruction set, ATen's capability) measures anew.
+    # The same CPU held to other kernels (oneDNN's or MKL's instruction set, ATen's capability) measures anew: each
+    # setting changes to a value other than the one the suite runs under.
     machine.choose(CPU, say=False)
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41" if os.environ.get("ONEDNN_MAX_CPU_ISA") == "AVX2" else "AVX2")
     monkeypatch.setattr(machine, "_decided", {})
     machine.choose(CPU, say=False)
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    other = "DEFAULT" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "AVX2"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
     monkeypatch.setattr(machine, "_decided", {})
     machine.choose(CPU, say=False)
     assert len(fresh_cache) == 3 and len(json.loads(machine.cache_path().read_text())) == 3
