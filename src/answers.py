@@ -13,18 +13,10 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 import recite
-from confidence import (
-    AnswerScore,
-    beam_search,
-    evaluation_summary,
-    format_ask,
-    format_summary,
-    score_answers,
-    scores_tsv,
-)
+from confidence import beam_search, evaluation_summary, format_ask, format_summary, score_answers, scores_tsv
 from config import BLOCK_SIZE, RunConfig, build_model
 from dataset import CharCorruptionDataset, Question, Vocabulary, question_problem, read_questions, score_places
-from decode import MAX_ANSWER_CHARS, predict
+from decode import predict
 from model import GPT
 from params import load_params, read_sidecar, sidecar_path
 from utils import UserError, locate_data, write_json_atomic, write_text_atomic
@@ -33,9 +25,9 @@ from utils import UserError, locate_data, write_json_atomic, write_text_atomic
 def evaluate(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: SummaryWriter
 ) -> dict:
-    """Greedy answers to --eval_corpus_path, one line each in --outputs_path; the accuracy where places are
-    given. What evaluate found (accuracy, selective metrics, the recitations' ceiling, seconds) and the
-    resolved config go to the predictions' JSON sidecar, <outputs_path>.json; `found` is returned."""
+    """Greedy answers to --eval_corpus_path, one per input line in --outputs_path, their scores in --scores_path; the
+    accuracy where places are given. What evaluate counted and found (accuracy, selective metrics, the recitations'
+    ceiling, seconds) and the resolved config go to the predictions' sidecar, <outputs_path>.json; returns `found`."""
     vocab, path = corpus.vocab, locate_data(args.eval_corpus_path)
     entries = read_questions(path, require_place=False)
     questions = [q for q in entries if q is not None]
@@ -54,7 +46,7 @@ def evaluate(
     texts = [q.text for q in questions] if recited is None else recited
     model.to(device)
     predictions = predict(model, vocab, texts, device, copy=recited is not None)
-    scores = score_answers(model, vocab, texts, predictions, device, MAX_ANSWER_CHARS)
+    scores = score_answers(model, vocab, texts, predictions, device)
     found["seconds"] = time.time() - t0
     total, correct = score_places(questions, predictions)
     if total:  # the handout's line, then the selective metrics
@@ -64,22 +56,16 @@ def evaluate(
     for key, value in found.items():
         writer.add_scalar(f"eval/{key}", value, 0)
     counts = {"questions": len(questions), "with_places": total, "correct": correct}
-    write_answers(args, entries, scores, counts | found)
+    answers = iter(s.answer for s in scores)
+    write_text_atomic(args.outputs_path, "".join((next(answers) if q is not None else "") + "\n" for q in entries))
+    if args.scores_path is not None:
+        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
+    write_json_atomic(sidecar_path(args.outputs_path), {**counts, **found, "config": dataclasses.asdict(args)})
     targets = "" if "accuracy" in found else "; no targets provided"
     print(
         f"Predictions written to {args.outputs_path}, what evaluate found to {sidecar_path(args.outputs_path)}{targets}"
     )
     return found
-
-
-def write_answers(args: RunConfig, entries: list[Question | None], scores: list[AnswerScore], found: dict) -> None:
-    """One answer per input line in --outputs_path (a blank line for a blank one); the scores in --scores_path;
-    `found` (what evaluate counted and measured) and the resolved config in the predictions' sidecar."""
-    it = iter(s.answer for s in scores)
-    write_text_atomic(args.outputs_path, "".join((next(it) if q is not None else "") + "\n" for q in entries))
-    if args.scores_path is not None:
-        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
-    write_json_atomic(sidecar_path(args.outputs_path), {**found, "config": dataclasses.asdict(args)})
 
 
 def recitations(
@@ -93,7 +79,7 @@ def recitations(
         return None
     chars = side.get("recite_chars")
     most = BLOCK_SIZE - recite.ANSWER_ROOM  # as the flag's rule: room for the answer after the recitation
-    if not isinstance(chars, int) or isinstance(chars, bool) or not 1 <= chars <= most:
+    if type(chars) is not int or not 1 <= chars <= most:
         raise UserError(f"{path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to {most} characters")
     pretrained = recite.linked_pretrained(path, side)
     reciter = build_model(args, len(vocab))
@@ -116,9 +102,9 @@ def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torc
     reader = recited is not None
     prompt = recited[0] if reader else question
     answer = predict(model, vocab, [prompt], device, copy=reader)[0]
-    (score,) = score_answers(model, vocab, [prompt], [answer], device, MAX_ANSWER_CHARS)
+    (score,) = score_answers(model, vocab, [prompt], [answer], device)
     if reader:
         per_character = math.exp(score.mean_logprob)
         print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {per_character:.3g} per character)")
-    alternatives = beam_search(model, vocab, prompt, device, 3, MAX_ANSWER_CHARS, copy=reader)
+    alternatives = beam_search(model, vocab, prompt, device, copy=reader)
     print(format_ask(question, score, alternatives))

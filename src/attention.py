@@ -5,8 +5,8 @@ plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it
 "Engineering"). The handout's plain `attend` and `dropout` are in bench/course.py, which the tests and the speed
 benchmark compare against.
 
-The modules below add the learned projections. Their parameter names (`key`, `query`, `value`, `proj`) and the
-persistent `mask` buffer match the course handout, so its params files load strictly in both directions.
+The modules below add the learned projections, whose parameters (`key`, `query`, `value`, `proj`) and persistent
+`mask` buffer are named as the handout's (see model.py).
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
 ) -> torch.Tensor:
-    """Scaled dot-product attention.
-
-    q: (B, nh, Tq, hs); k, v: (B, nh, Tk, hs); mask: bool, broadcastable to (B, nh, Tq, Tk), True where a query may look
-    at a key (None: no mask). Returns (B, nh, Tq, hs). Every query row must be allowed at least one key.
-    """
+    """Scaled dot-product attention: q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask bool, broadcastable to
+    (B, nh, Tq, Tk), True where a query may look at a key (None: no mask) -> (B, nh, Tq, hs). Every query row must be
+    allowed at least one key."""
     if q.is_cuda:
         with sdpa_kernel(CUDA_ATTENTION_KERNELS):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -44,14 +42,11 @@ def attend(
 
 
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Zero each element of x with probability p and scale the rest so the mean is kept; same shape as x.
-
-    Call with p = 0 when not training. A CUDA tensor, or a compiled graph, gets F.dropout. On CPU, where
-    `bernoulli_` was a large share of a training step (bench/RESEARCH.md), one 64-bit random number is drawn
-    per four elements and an element is dropped when 15 of its 16 bits fall below round(p * 2**15): the rate
-    is p to within 2**-16 (0.1 -> 0.10001) and kept values are scaled by the exact 1 / (1 - rate). Both use
-    PyTorch's seeded generator.
-    """
+    """Zero each element of x with probability p (0 when not training) and scale the rest so the mean is kept; same
+    shape as x. A CUDA tensor, or a compiled graph, gets F.dropout. On CPU, where `bernoulli_` was a large share of a
+    training step (bench/RESEARCH.md), one 64-bit random number is drawn per four elements and an element is dropped
+    when 15 of its 16 bits fall below round(p * 2**15): the rate is p to within 2**-16 (0.1 -> 0.10001) and kept
+    values are scaled by the exact 1 / (1 - rate). Both use PyTorch's seeded generator."""
     if p == 0.0:
         return x
     if x.is_cuda or torch.compiler.is_compiling():  # a compiled graph draws its own random bits
@@ -72,11 +67,8 @@ class Dropout(nn.Dropout):
 
 
 def rotary_table(length: int, head_dim: int) -> torch.Tensor:
-    """Rotary position angles, the 2024 handout's `rope_cache`: (length, head_dim/2, 2).
-
-    table[t, i] = (cos tθ_i, sin tθ_i) with θ_i = 10000^(-2i/head_dim): position t
-    turns the i-th pair of a head's dimensions by the angle tθ_i.
-    """
+    """Rotary position angles, the 2024 handout's `rope_cache`: (length, head_dim/2, 2), table[t, i] = (cos tθ_i,
+    sin tθ_i) with θ_i = 10000^(-2i/head_dim): position t turns the i-th pair of a head's dimensions by tθ_i."""
     assert head_dim % 2 == 0, "rotary embedding needs an even head size"
     theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hs/2,)
     angles = torch.arange(length, dtype=torch.float64)[:, None] * theta[None, :]  # (length, hs/2)
@@ -85,12 +77,9 @@ def rotary_table(length: int, head_dim: int) -> torch.Tensor:
 
 def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotary embedding: x (..., T, hs) with rows of `table` (..., T, hs/2, 2) for its positions -> (..., T, hs).
-
-    Dimensions (2i, 2i+1) are taken as one complex number and multiplied by cos tθ_i + i sin tθ_i. Queries and keys
-    rotated this way score q·k by their relative position only. Written as x * cos + (x with each pair swapped) * ±sin
-    in x's dtype: two multiplies on whole rows, which the CPU runs far faster than splitting the pairs apart and
-    stacking them again.
-    """
+    Dimensions (2i, 2i+1) are taken as one complex number and multiplied by cos tθ_i + i sin tθ_i, so that queries
+    and keys score q·k by their relative position only. Written as x * cos + (x with each pair swapped) * ±sin in
+    x's dtype: two multiplies on whole rows, far faster on the CPU than splitting the pairs apart and stacking them."""
     cos = table[..., 0].repeat_interleave(2, dim=-1).to(x.dtype)  # (..., T, hs): cos tθ_i at 2i and 2i+1
     sin = torch.stack((-table[..., 1], table[..., 1]), dim=-1).flatten(-2).to(x.dtype)  # -sin at 2i, +sin at 2i+1
     swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x_2i+1, x_2i) at (2i, 2i+1)
@@ -103,12 +92,9 @@ def causal_mask(size: int) -> torch.Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with learned projections, no built-in mask.
-
-    forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask bool broadcastable to (B, nh, Tq, Tk) or None, cache=None) ->
-    (B, Tq, C); with a `KVCache`, Tk counts the cached keys too. Used directly by the AddSub encoder-decoder; the GPT
-    uses the causal subclasses below.
-    """
+    """Multi-head attention with learned projections, no built-in mask: forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask
+    bool broadcastable to (B, nh, Tq, Tk) or None, cache=None) -> (B, Tq, C); with a `KVCache`, Tk counts the cached
+    keys too. Used directly by the AddSub encoder-decoder; the GPT uses the causal subclasses below."""
 
     def __init__(self, n_embd: int, n_head: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__()
@@ -138,20 +124,16 @@ class MultiHeadAttention(nn.Module):
         self, x_q: torch.Tensor, x_kv: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None
     ) -> torch.Tensor:
         k, v = self.split_heads(self.key(x_kv)), self.split_heads(self.value(x_kv))
-        if cache is not None:  # decoding: x_kv's keys and values join the cached ones, which the queries see
+        if cache is not None:
             k, v = cache.write(k, v)
         return self.attend_projected(self.split_heads(self.query(x_q)), k, v, mask)
 
 
 class CausalSelfAttention(MultiHeadAttention):
-    """Masked self-attention: position i sees positions <= i.
-
-    forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds the next T positions, after the cached
-    ones: their keys and values are added to the cache and each query sees the cached positions up to its own.
-
-    rope=True (the 2024 handout's variant): queries and keys are rotated by their positions (`rotate`) before they meet,
-    and the angles are kept in the persistent buffer `rope_cache` as the handout keeps them.
-    """
+    """Masked self-attention, position i seeing positions <= i: forward(x (B, T, C), cache=None) -> (B, T, C). With a
+    `KVCache`, x holds the next T positions, after the cached ones: their keys and values join the cache. rope=True
+    (the 2024 handout's variant): queries and keys are rotated by their positions (`rotate`) before they meet, the
+    angles kept in the persistent buffer `rope_cache` as the handout keeps them."""
 
     def __init__(
         self,
@@ -164,8 +146,7 @@ class CausalSelfAttention(MultiHeadAttention):
     ):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
         self.rope = rope
-        # Persistent buffers, in the handout's order: its params files contain them,
-        # so a strict load_state_dict needs them in both directions.
+        # Persistent buffers, in the handout's order (see the module's docstring).
         if rope:
             self.register_buffer("rope_cache", rotary_table(block_size, n_embd // n_head))
         self.register_buffer("mask", causal_mask(block_size))
@@ -182,13 +163,10 @@ class CausalSelfAttention(MultiHeadAttention):
 
 
 class CausalCrossAttention(MultiHeadAttention):
-    """Cross-attention that keeps the causal rule: query i sees keys j <= i.
-
-    forward(x_kv (B, Tk, C), x_q (B, Tq, C), cache=None, q_start=0) -> (B, Tq, C). Used by the perceiver's
-    down-projection (queries: the learned basis) and up-projection (queries: the input positions). The argument order
-    follows the handout. Decoding: x_kv's keys and values are added to the `cache`, the queries sit at positions
-    q_start, q_start + 1, ... and see the cached keys.
-    """
+    """Cross-attention that keeps the causal rule, query i seeing keys j <= i: forward(x_kv (B, Tk, C), x_q (B, Tq, C),
+    cache=None, q_start=0) -> (B, Tq, C), in the handout's argument order, for the perceiver's down-projection (queries:
+    the learned basis) and up-projection (queries: the input positions). Decoding: x_kv's keys and values join the
+    `cache`, and the queries sit at positions q_start, q_start + 1, ..."""
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)

@@ -30,8 +30,8 @@ WARM_STEPS = 5
 
 
 class Pace:
-    """Callbacks: the early estimate, the first epoch's projection and, with `budget_seconds`, the cut-off or (with
-    `fit`) the plan of the run `config` describes, kept in the TrainState."""
+    """The callbacks the module's docstring describes, for the run `config` describes; a plan is kept in the
+    TrainState."""
 
     def __init__(self, config: TrainerConfig, budget_seconds: float | None = None, fit: bool = False):
         self.config, self.budget_seconds = config, budget_seconds
@@ -132,7 +132,7 @@ class Pace:
             return line
         held = s.epoch + (budget - s.seconds) / epoch_seconds
         line += f"; the {budget / 60:g}-minute budget holds about {held:.0f} of {s.max_epochs}"
-        tokens = s.tokens / max(1, s.epoch) * held  # every epoch counts the same tokens
+        tokens = s.tokens / s.epoch * held
         progress = min(1.0, (tokens - cfg.warmup_tokens) / max(1, s.final_tokens - cfg.warmup_tokens))
         rate = lr_multiplier(tokens, cfg.warmup_tokens, s.final_tokens, cfg.cosine_cap)
         return line + f", where the planned cosine is {progress:.0%} done and the rate {rate:.2f} of its peak"

@@ -4,8 +4,7 @@ An answer's confidence is its log-probability under the model, teacher-forcing `
 batched pass: summed over the answer's characters and its closing MASK (an answer cut off at the length limit has
 none), and divided by the tokens scored. Answers are ranked, and calibrated, by that per-character mean: the sum falls
 with every extra character, so it would rank "Rome" above "Rio de Janeiro" however sure the model is of each, while
-exp(mean) is a per-character probability in (0, 1]. The metrics (accuracy at coverage, coverage AUC, ECE) rank the
-answers most confident first.
+exp(mean) is a per-character probability in (0, 1].
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from decode import MAX_ANSWER_CHARS, answer_limit, keep_spans
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
+SCORE_ROWS = 512  # sequences score_answers scores in one forward pass
 
 
 @dataclass
@@ -43,16 +43,10 @@ class AnswerScore:
 
 @torch.no_grad()
 def score_answers(
-    model: torch.nn.Module,
-    vocab: Vocabulary,
-    questions: Sequence[str],
-    answers: Sequence[str],
-    device: torch.device,
-    max_answer_chars: int = MAX_ANSWER_CHARS,
-    chunk: int = 512,
+    model: torch.nn.Module, vocab: Vocabulary, questions: Sequence[str], answers: Sequence[str], device: torch.device
 ) -> list[AnswerScore]:
     """Teacher-forced log-probability of each answer to its question, as the module's docstring says: one
-    forward pass per chunk of right-padded sequences (the model is causal, so padding changes nothing)."""
+    forward pass per SCORE_ROWS right-padded sequences (the model is causal, so padding changes nothing)."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     block = model.get_block_size()
@@ -60,13 +54,13 @@ def score_answers(
     masks: list[torch.Tensor] = []  # which next tokens of each row are scored: position p predicts token p + 1
     for q, a in zip(questions, answers, strict=True):
         prompt, answer = vocab.encode(q + MASK_CHAR), vocab.encode(a)
-        closed = len(answer) < answer_limit(len(prompt), block, max_answer_chars)
+        closed = len(answer) < answer_limit(len(prompt), block)
         rows.append(torch.tensor(prompt + answer + ([mask_id] if closed else [])))
         masks.append(torch.arange(len(rows[-1]) - 1) >= len(prompt) - 1)
     scores: list[AnswerScore] = []
-    for i in range(0, len(rows), chunk):
-        seqs = pad_sequence(rows[i : i + chunk], batch_first=True).to(device)  # PAD-padded (B, T + 1)
-        scored = pad_sequence(masks[i : i + chunk], batch_first=True).to(device)  # (B, T)
+    for i in range(0, len(rows), SCORE_ROWS):
+        seqs = pad_sequence(rows[i : i + SCORE_ROWS], batch_first=True).to(device)  # PAD-padded (B, T + 1)
+        scored = pad_sequence(masks[i : i + SCORE_ROWS], batch_first=True).to(device)  # (B, T)
         logits, _ = model(seqs[:, :-1])  # (B, T, V)
         logp = F.log_softmax(logits.float(), dim=-1).gather(-1, seqs[:, 1:, None]).squeeze(-1)  # (B, T)
         total = torch.where(scored, logp, 0.0).sum(dim=1).tolist()
@@ -87,12 +81,10 @@ def beam_search(
     copy: bool = False,
 ) -> list[AnswerScore]:
     """The `beam` most probable answers found by beam search over characters, best (highest logprob) first;
-    with `copy` (a reader), only answers that are spans of `question` (decode.keep_spans).
-
-    An answer ends with a MASK, or is cut off at the decoding limit. Each step extends every live beam by its `beam`
-    best characters and keeps the `beam` best unfinished candidates; it stops when no live beam can still beat the
-    `beam`-th finished answer (log-probabilities only fall).
-    """
+    with `copy` (a reader), only answers that are spans of `question` (decode.keep_spans). An answer ends with a
+    MASK, or is cut off at the decoding limit. Each step extends every live beam by its `beam` best characters and
+    keeps the `beam` best unfinished candidates; it stops when no live beam can still beat the `beam`-th finished
+    answer (log-probabilities only fall)."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     prompt = vocab.encode(question + MASK_CHAR)
@@ -100,11 +92,11 @@ def beam_search(
     live: list[tuple[list[int], float]] = [([], 0.0)]  # (answer ids, logprob)
     done: list[AnswerScore] = []
     for step in range(limit):
-        x = torch.tensor([prompt + ids for ids, _ in live], dtype=torch.long, device=device)  # (b, T)
-        logits, _ = model(x)
+        rows = [prompt + ids for ids, _ in live]
+        logits, _ = model(torch.tensor(rows, dtype=torch.long, device=device))  # (b, T, V)
         logp = F.log_softmax(logits[:, -1, :].float(), dim=-1)  # (b, V)
         if copy:
-            logp = keep_spans(logp, [prompt + ids for ids, _ in live], mask_id)
+            logp = keep_spans(logp, rows, mask_id)
         top_lp, top_id = logp.topk(min(beam, logp.size(-1)), dim=-1)  # (b, beam)
         candidates: list[tuple[list[int], float]] = []
         for (ids, lp), row_lp, row_id in zip(live, top_lp.tolist(), top_id.tolist(), strict=True):
@@ -187,20 +179,15 @@ def format_summary(m: dict[str, float]) -> str:
 
 
 def scores_tsv(entries: Sequence[Question | None], scores: Sequence[AnswerScore]) -> str:
-    """`prediction<TAB>logprob<TAB>mean_logprob` per input line; a blank input line gets a blank line.
-
-    A tab, newline or carriage return generated inside an answer is written as a space, so
-    the file keeps one line per input line.
-    """
+    """`prediction<TAB>logprob<TAB>mean_logprob` per input line, a blank line for a blank one; a tab, newline or
+    carriage return generated inside an answer is written as a space, so the file keeps one line per input line."""
     rows = (re.sub(r"[\t\n\r]", " ", s.answer) + f"\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" for s in scores)
     return "".join((next(rows) if q is not None else "") + "\n" for q in entries)
 
 
 def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[AnswerScore]) -> str:
-    """What `ask` prints: the greedy answer, its confidence, and the beam search's best answers.
-
-    Answers are quoted (Python repr), so an empty answer or a generated newline stays visible.
-    """
+    """What `ask` prints: the greedy answer, its confidence, and the beam search's best answers, quoted (Python
+    repr) so that an empty answer or a generated newline stays visible."""
     lines = [
         question,
         f"answer: {answer.answer!r}",

@@ -23,8 +23,8 @@ MASK_CHAR = "\u2047"  # ⁇, id 1; marks the start of a masked span and of an an
 
 
 def reserved_problem(text: str) -> str | None:
-    """Why a text a user gives (a corpus, a question, a place) cannot be read: it holds PAD or MASK, which
-    the models reserve for padding and for marking spans and answers; else None."""
+    """Why a text a user gives (a corpus, a question, a place) cannot be read: it holds PAD or MASK, which the
+    models reserve (see their definitions); else None."""
     found = [c for c in (PAD_CHAR, MASK_CHAR) if c in text]
     return f"holds the reserved character {found[0]!r} (U+{ord(found[0]):04X})" if found else None
 
@@ -102,11 +102,8 @@ class BatchedDataset(Dataset):
     def epoch_batches(
         self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of shifted (x, y) batches (B, T), every example once (see ORDERS for `order`).
-
-        Each batch is cropped to its longest example (utils.crop_width): PAD targets are ignored by the
-        loss, so this changes no loss, only the work done.
-        """
+        """One epoch of shifted (x, y) batches (B, T), every example once (see ORDERS for `order`), each cropped to
+        its longest example (utils.crop_width): PAD targets add no loss, so this changes only the work done."""
         if order not in ORDERS:
             raise ValueError(f"unknown order {order!r}")
         examples = np.arange(len(self)) if order == "file" else rng.permutation(len(self))
@@ -125,11 +122,8 @@ class BatchedDataset(Dataset):
 
 
 class CharCorruptionDataset(BatchedDataset):
-    """Span-corruption examples, one per document (a line of the corpus) per epoch.
-
-    ds[i] -> (x, y), LongTensors of length block_size - 1, y = x shifted by one.
-    The corpus also defines the vocabulary (`stoi`, `itos`, `vocab_size`).
-    """
+    """Span-corruption examples, one per document (a line of the corpus) per epoch: ds[i] -> (x, y), LongTensors of
+    length block_size - 1, y = x shifted by one. The corpus defines the vocabulary (`stoi`, `itos`, `vocab_size`)."""
 
     def __init__(self, data: str, block_size: int, source: str = "corpus") -> None:
         self.vocab = Vocabulary.from_text(data)
@@ -155,12 +149,9 @@ class CharCorruptionDataset(BatchedDataset):
         return ids[:-1], ids[1:]
 
     def corrupted_ids(self, doc_index: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """The handout's span corruption of the documents doc_index (N,), all at once.
-
-        Each document is cut to a random length L in 4..7/8 of the block; a span of random length m in 1..L/2-1 starting
-        at a random a is moved to the end: `prefix MASK suffix MASK span`, then PAD. Returns (ids (N, block_size),
-        real_len (N,)): the examples and how many characters of each are not PAD.
-        """
+        """The handout's span corruption of the documents doc_index (N,), all at once: each is cut to a random length L
+        in 4..7/8 of the block, and a span of random length m in 1..L/2-1 starting at a random a is moved to the end:
+        `prefix MASK suffix MASK span`, then PAD. Returns (ids (N, block_size), real_len (N,): characters not PAD)."""
         n = len(doc_index)
         L = np.minimum(self.doc_lengths[doc_index], rng.integers(4, max_truncated_len(self.block_size) + 1, n))
         m = rng.integers(1, np.maximum(1, L // 2 - 1) + 1)
@@ -170,14 +161,13 @@ class CharCorruptionDataset(BatchedDataset):
         # Position p of the output takes document character src[p] (or a marker):
         # prefix [0, a) -> p; suffix (a, L-m] -> p-1+m; span [L-m+2, L+2) -> a+p-(L-m+2).
         src = np.where(p < a, p, np.where(p <= L - m, p - 1 + m, a + p - (L - m + 2)))
-        src = np.clip(src, 0, self.doc_ids.shape[1] - 1)
+        src = np.clip(src, 0, self.block_size - 1)
         ids = self.doc_ids[doc_index[:, None], src]
         ids = np.where((p == a) | (p == L - m + 1), 1, ids)  # the two MASKs
         ids = np.where(p >= L + 2, 0, ids)  # PAD
         return ids, (L + 2)[:, 0]
 
     def epoch_examples(self, order: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        """(ids, targets (N, block_size), real_len (N,)) of an epoch's examples of the documents `order`."""
         ids, real_len = self.corrupted_ids(order, rng)
         return ids, ids, real_len
 
@@ -196,11 +186,9 @@ class Question:
 
 
 def read_questions(path: str | Path, require_place: bool) -> list[Question | None]:
-    """Parse a birth-place TSV. One entry per line of the file; blank lines give None.
-
-    Lines are `question<TAB>place`, or just `question` when require_place is False. Either every non-blank line has a
-    place or none has. A missing final newline is fine; malformed lines are a UserError naming file and line.
-    """
+    """Parse a birth-place TSV: one entry per line of the file, None for a blank one. Lines are `question<TAB>place`,
+    or just `question` when require_place is False; either every non-blank line has a place or none has. A missing
+    final newline is fine; malformed lines are a UserError naming file and line."""
     lines = read_text(path).removesuffix("\n").split("\n")  # a final newline ends the last line, starts none
     out: list[Question | None] = []
     for n, raw in enumerate(lines, start=1):
@@ -230,20 +218,15 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
 
 
 def score_places(questions: list[Question], predictions: list[str]) -> tuple[int, int]:
-    """(total, correct) of predictions (one per question) against the questions' gold places.
-
-    Questions without a place count as zero, as in the handout: a test-inputs file scores (0, 0).
-    """
+    """(total, correct) of predictions (one per question) against the questions' gold places; questions without a
+    place count as zero, as in the handout: a test-inputs file scores (0, 0)."""
     pairs = [(p, q.place) for p, q in zip(predictions, questions, strict=True) if q.place is not None]
     return len(pairs), sum(p == gold for p, gold in pairs)
 
 
 class NameDataset(BatchedDataset):
-    """Finetuning examples `question MASK place MASK`, padded; only the answer is trained.
-
-    ds[i] -> (x, y), LongTensors of length block_size - 1; y is PAD over the
-    question so the loss covers MASK, the place and the closing MASK.
-    """
+    """Finetuning examples `question MASK place MASK`, padded: ds[i] -> (x, y), LongTensors of length block_size - 1;
+    y is PAD over the question, so that only the answer (MASK, the place and the closing MASK) is trained."""
 
     def __init__(self, pretraining_dataset: CharCorruptionDataset, source: str | Path | list[Question]):
         """source: a question<TAB>place file, or the questions themselves (the recite protocol's reader
@@ -267,19 +250,16 @@ class NameDataset(BatchedDataset):
             self.ids[i, : len(s)] = self.vocab.encode(s, where=f"{path}:{q.line}")
         self.real_len = np.array([len(s) for s in texts], dtype=np.int64)
         question_len = np.array([len(q.text) for q in questions], dtype=np.int64)
-        # no loss on predicting the question itself
         self.targets = np.where(np.arange(self.block_size) >= question_len[:, None], self.ids, 0)
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.from_numpy(self.ids[idx, :-1]), torch.from_numpy(self.targets[idx, 1:])
 
     def epoch_examples(self, order: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        """(ids, targets (N, block_size), real_len (N,)) of the examples `order`."""
         return self.ids[order], self.targets[order], self.real_len[order]
 
 
 # How an epoch's examples are ordered into batches ("shuffled", random batches, lost to bucketing: bench/RESEARCH.md 2):
 #   "bucketed": shuffled, then grouped by length (the default: least padding);
-#   "file":     the corpus's own order, the same batches every epoch, as the handout's trainer
-#               builds them (its DataLoader is not told to shuffle).
+#   "file":     the corpus's own order, the same batches every epoch, as the handout's unshuffled DataLoader.
 ORDERS = ("bucketed", "file")

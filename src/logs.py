@@ -37,8 +37,8 @@ def run_role(args: RunConfig) -> str:
 
 
 def run_folder(args: RunConfig) -> Path:
-    """<tb_dir>/<name>_<variant>_<role>_seed<seed>_<start time> (tb_dir: expt/<function> unless given):
-    one folder per run, never shared, whose name tells what the run did (run_role)."""
+    """<tb_dir>/<name>_<variant>_<role>_seed<seed>_<start time> (tb_dir: expt/<function> unless given; role:
+    run_role), never shared."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     parent = Path(args.tb_dir) if args.tb_dir else Path("expt") / args.function
     base = parent / f"{args.tb_expt_name}_{args.variant}_{run_role(args)}_seed{args.seed}_{stamp}"
@@ -53,7 +53,7 @@ def run_folder(args: RunConfig) -> Path:
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
     """Inside: (a writer to the run's folder, a dict the command fills with what it found), logged as hparams beside the
     config at the end. A failure (not an interruption, which may resume) removes the folder and those above it that this
-    run made (never one that was there before); an OS error (a full disk) becomes one line."""
+    run made; an OS error (a full disk) becomes one line."""
     folder, writer, found = run_folder(args), None, {}
     made = folders_to_make(folder)  # innermost first: the run's folder, then parents it creates
     with no_thread_tracebacks_for_os_errors():  # the error is said once, in one line, below
@@ -62,7 +62,7 @@ def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
             print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
             writer.add_text("config", json.dumps(asdict(args), indent=1))
             yield writer, found
-            hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in asdict(args).items()}
+            hparams = {k: v if isinstance(v, int | float | str) else str(v) for k, v in asdict(args).items()}
             metrics = {f"hparams/{k}": v for k, v in found.items() if isinstance(v, int | float) and math.isfinite(v)}
             writer.add_hparams(hparams, metrics, run_name=".")  # ".": the run's own folder, not a new one
             writer.close()  # writes what is buffered: a full disk shows here

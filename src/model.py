@@ -33,7 +33,7 @@ class GPTConfig:
     embd_pdrop: float = 0.1
     resid_pdrop: float = 0.1
     attn_pdrop: float = 0.1
-    variant: str = "vanilla"  # one of VARIANTS: vanilla, perceiver (the 2023 handout) or rope (the 2024 handout)
+    variant: str = "vanilla"  # one of VARIANTS (see the module's docstring)
     bottleneck_dim: int = 32  # the perceiver's bottleneck length m
 
     def __post_init__(self) -> None:
@@ -69,13 +69,10 @@ class Block(nn.Module):
 
 class DownProjectBlock(nn.Module):
     """Cross-attention from a learned basis C (1, m, C) onto the input, as the handout writes it (the input itself is
-    not normalised): (B, T, C) -> (B, min(m, T), C).
-
-    Bottleneck position i attends to input positions <= i (the causal rule kept across lengths), so no output ever
-    depends on a later input token. An input shorter than m (T < m) gets only the first T bottleneck positions: the
-    up-projection lets output t read bottleneck positions <= t < T only, so the others cannot change any output
-    (tested against the handout's, which computes all m: bench/course.py).
-    """
+    not normalised): (B, T, C) -> (B, min(m, T), C). Bottleneck position i attends to input positions <= i, so no
+    output ever depends on a later input token. An input shorter than m (T < m) gets only the first T bottleneck
+    positions: the up-projection lets output t read bottleneck positions <= t < T only, so the others cannot change
+    any output (tested against the handout's, which computes all m: bench/course.py)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -109,18 +106,16 @@ class UpProjectBlock(nn.Module):
 
 
 class GPT(nn.Module):
-    """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None).
-
-    The loss is cross-entropy with PAD (id 0) ignored. T may be anything up to block_size; a shorter T computes the same
-    logits for its positions. With `caches` (from new_caches) idx holds the next T tokens of every row, placed after the
-    cached positions (fast greedy decoding, every variant).
-    """
+    """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None), the loss
+    cross-entropy with PAD (id 0) ignored. T may be anything up to block_size; a shorter T computes the same logits for
+    its positions. With `caches` (from new_caches) idx holds the next T tokens of every row, placed after the cached
+    positions (fast greedy decoding, every variant)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        if config.variant != "rope":  # rope places tokens by rotating queries and keys instead
+        if config.variant != "rope":
             # Zero-initialised like the handout's (minGPT's) position table.
             self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = Dropout(config.embd_pdrop)
@@ -140,9 +135,6 @@ class GPT(nn.Module):
             module.weight.data.normal_(mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 module.bias.data.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.bias.data.zero_()
-            module.weight.data.fill_(1.0)
 
     def get_block_size(self) -> int:
         """The longest sequence the model reads (the handout's accessor)."""
@@ -151,7 +143,7 @@ class GPT(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, caches: list[KVCache] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        start = caches[0].length if caches is not None else 0  # with caches, idx continues the cached positions
+        start = caches[0].length if caches is not None else 0
         end = start + idx.size(1)
         assert end <= self.config.block_size, "sequence longer than block_size"
         x = self.tok_emb(idx)  # (B, T, C)
@@ -163,7 +155,7 @@ class GPT(nn.Module):
             caches = [None] * (len(self.blocks) + 2 * perceiver)
         if perceiver:
             down, *middle, up = caches
-            y = self.down_block(x, start, down)  # (B, min(m, T), C); with caches the bottleneck positions x adds
+            y = self.down_block(x, start, down)  # (B, min(m, T), C)
             for block, cache in zip(self.blocks, middle, strict=True):
                 y = block(y, cache)
             x = self.up_block(y, x, start, up)  # (B, T, C)

@@ -35,8 +35,8 @@ def sidecar_path(params_path: str | Path) -> Path:
 
 def save_with_sidecar(obj: object, path: str | Path, sidecar: dict) -> None:
     """torch.save `obj` to `path` with `sidecar` and the params' SHA-256 in `<path>.json`, both atomically.
-    The sidecar, naming the new params' SHA-256, is renamed into place before the params: a kill between
-    the two leaves them in their temporary, where read_sidecar finds them."""
+    The sidecar is renamed into place first: a kill between the two leaves the params in their temporary,
+    where read_sidecar finds them."""
     with contextlib.suppress(UserError):
         read_sidecar(path)  # finishes a killed save before its temporary is removed as stale
 
@@ -108,8 +108,8 @@ def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
 
 
 def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """A plain state_dict (loadable by the handout model) plus a JSON sidecar describing it:
-    what loading checks (model_description), the GPTConfig as used under "model", and `extra`."""
+    """Save `model`'s params to `path` with a sidecar of what loading checks (model_description), the GPTConfig
+    as used under "model", and `extra`."""
     description = {**model_description(model.config, vocab), "model": asdict(model.config), **extra}
     save_with_sidecar({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, description)
 
@@ -119,7 +119,7 @@ def stored_sizes(path: str | None, flag: str) -> dict:
     side = (read_sidecar(path) if path is not None else None) or {}
     sizes = {k: side[k] for k in MODEL_SIZES if side.get(k) is not None}
     for key, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if type(value) is not int or value < 1:
             raise UserError(f"{flag} {path}: its sidecar gives {key} {value!r}; a model needs a whole number >= 1")
     return sizes
 

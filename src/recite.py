@@ -13,9 +13,6 @@ takes two steps, and the facts still come only from the pretrained parameters, c
 
 No dev place is seen at any step. After "Recitation-Augmented Language Models" (Sun et al., ICLR 2023); the evidence is
 in bench/RESEARCH.md.
-
-`evaluate` and `ask` recite first whenever they read a reader (its sidecar links its pretrained params:
-link_to_pretrained, linked_pretrained).
 """
 
 from __future__ import annotations
@@ -93,14 +90,11 @@ def place_in_recitation(questions: list[Question], recitations: list[str]) -> fl
 
 
 def link_to_pretrained(reader_path: str | Path, pretrained_path: str | Path, chars: int) -> dict:
-    """The sidecar fields of a reader that recites with `pretrained_path`: the protocol, the recitation length, and the
-    pretrained params' path (relative to the reader's folder, so the two move together) and SHA-256."""
+    """The sidecar fields of a reader that recites `chars` characters with `pretrained_path`, named relative to the
+    reader's folder (so the two move together) and by its SHA-256."""
     relative = os.path.relpath(Path(pretrained_path).resolve(), Path(reader_path).resolve().parent)
-    return {
-        "protocol": "recite",
-        "recite_chars": chars,
-        "recites_with": {"path": relative, "sha256": file_sha256(pretrained_path)},
-    }
+    link = {"path": relative, "sha256": file_sha256(pretrained_path)}
+    return {"protocol": "recite", "recite_chars": chars, "recites_with": link}
 
 
 def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
@@ -135,11 +129,10 @@ def reader_dataset(
         f"each); the place is in {share:.1%} of the recitations"
     )
     # A recitation without the place could only teach the reader to answer from memory, as the direct
-    # protocol does; trained on the others alone it answered as many and took a fifth less time
-    # (bench/RESEARCH.md). A model pretrained too briefly to recite any place trains on them all.
+    # protocol does; trained on the others alone it answered as many and took a fifth less time (bench/RESEARCH.md).
     kept = [(q, r) for q, r in zip(questions, recitations, strict=True) if q.place in r]
     print(f"the reader trains on the {len(kept)} recitations that hold their place" if kept else
           "no recitation holds its place (pretrain longer); the reader trains on them all")  # fmt: skip
     record = {"people": len(questions), "kept": len(kept), "place_share": share, "seconds": round(seconds, 1)}
     kept = kept or list(zip(questions, recitations))
-    return NameDataset(corpus, [Question(r, q.place, q.line) for q, r in kept]), record  # each text its recitation
+    return NameDataset(corpus, [Question(r, q.place, q.line) for q, r in kept]), record

@@ -97,7 +97,7 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
               "--writing_params_path's checkpoint": written and f"{written}.ckpt",
               "--outputs_path's sidecar": outputs_path and sidecar_path(outputs_path)}  # fmt: skip
     refuse_same_file(outputs | beside, inputs)
-    for flag, output in beside.items():  # before any work, not after hours of training
+    for flag, output in beside.items():
         check_output_file(output, flag)
 
 
@@ -169,7 +169,7 @@ def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
     s = trainer.state
     if not s.stop and s.epoch < s.max_epochs and ckpt_path.is_file():  # --max_steps
         return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
-    ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume
+    ckpt_path.unlink(missing_ok=True)
     return ""
 
 
@@ -196,15 +196,8 @@ def training_data(
     return dataset, {**link, "recitations": recitations}
 
 
-def settings_line(args: RunConfig) -> str:
-    """The resolved settings a command uses, in one line: 'settings: variant vanilla, ...'."""
-    used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
-    shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
-    return "settings: " + ", ".join(shown)
-
-
 def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:
-    """Say what this run trains and how long (settings_line said how); warn when the handout's recipe meets a CPU."""
+    """Say what this run trains and how long (the settings line said how); warn if the handout's recipe meets a CPU."""
     planned = f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if fit else ""
     print(f"{args.function} {args.variant}: {examples} examples, {plural(cfg.max_epochs, 'epoch')}{planned}, {device}")
     if device.type == "cpu" and args.preset == "handout":
@@ -346,7 +339,9 @@ def run(args: RunConfig, command: str = "") -> None:
     model = build_model(args, corpus.vocab_size)
     if args.function == "ask":
         return ask(args, corpus, model, device)  # prints only: no TensorBoard run
-    print(settings_line(args))
+    used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
+    shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
+    print("settings: " + ", ".join(shown))
     with tensorboard_run(args) as (writer, found):
         if args.function == "evaluate":
             found |= evaluate(args, corpus, model, device, writer)

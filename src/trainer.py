@@ -41,11 +41,11 @@ class TrainerConfig:
     optimizer: str = "adamw"  # or "muon" for the hidden layers' weight matrices (optim.make_optimizer)
     decay: str = "matmul"  # which weights decay: nn.Linear's, or the handout's "all_but_biases" (optim.py)
     warmup_tokens: float = 512 * 20
-    final_tokens: float = 260e9  # where the cosine ends (a time budget's plan may move it: TrainState)
-    cosine_cap: bool = False  # False: the handout's uncapped cosine; True: stay at the floor after final_tokens
+    final_tokens: float = 260e9  # where the cosine ends
+    cosine_cap: bool = False  # see lr_multiplier
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
     bf16: bool = False  # bf16 autocast (machine.choose decides; Muon's iteration in bf16 then)
-    order: str = "bucketed"  # shuffled, grouped by length; "file": the handout's fixed corpus order
+    order: str = "bucketed"  # one of dataset.ORDERS
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
     ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
@@ -73,7 +73,7 @@ class TrainState:
     epoch_seconds: list[float] = field(default_factory=list)  # training time of each epoch run whole
     losses: list[float] = field(default_factory=list)
     whole_epoch: bool = False  # the epoch that just ended ran whole in this process
-    planned: bool = False  # a time budget's plan has set max_epochs and final_tokens
+    planned: bool = False
     stop: bool = False
 
 
@@ -108,36 +108,32 @@ class TrainingInterrupted(Exception):
 
 
 class Trainer:
-    """Trains `model` on `train_dataset` with `config`; `train()` returns the loss of every step.
-
-    The dataset batches itself: `epoch_batches(batch_size, rng, order)` yields (x, y) (B, T). `log(name, value, step)`
-    takes scalars (a TensorBoard writer's add_scalar). Callbacks take the TrainState at "on_batch_end", "on_epoch_end"
-    (after a whole epoch, or the part that ended the run) and "on_train_end". The state and `extra` are checkpointed
-    atomically to `config.ckpt_path` every `ckpt_every` steps and at the end; `resume(ckpt)` ends an interrupted run as
-    an uninterrupted one would. A non-finite loss raises FloatingPointError before anything is saved.
-    """
+    """Trains `model` with `config` on `train_dataset`, which batches itself: `epoch_batches(batch_size, rng, order)`
+    yields (x, y) (B, T). `log(name, value, step)` takes scalars (a TensorBoard writer's add_scalar). Callbacks take the
+    TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the run) and
+    "on_train_end". The state and `extra` are checkpointed atomically to `config.ckpt_path` every `ckpt_every` steps
+    and at the end; `resume(ckpt)` ends an interrupted run as an uninterrupted one would."""
 
     def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
                  log: Callable[[str, float, int], None] | None = None, extra: dict | None = None):  # fmt: skip
         self.model = model.to(device)
         self.train_dataset, self.config, self.device = train_dataset, config, device
         self.log = log or (lambda name, value, step: None)
-        self.extra = extra or {}  # saved in checkpoints (e.g. the resolved settings and vocabulary)
+        self.extra = extra or {}  # e.g. the resolved settings and vocabulary
         self.optimizer = make_optimizer(model, config)
         self.callbacks: dict[str, list[Callable[[TrainState], None]]] = defaultdict(list)
         batches = math.ceil(len(train_dataset) / config.batch_size)
         self.state = TrainState(config.max_epochs, config.final_tokens, batches, config.learning_rate)
         self.clock = time.monotonic  # tests replace it
-        self.stop_requested = False  # set by a signal handler: checkpoint, then raise TrainingInterrupted
+        self.stop_requested = False  # set by a signal handler (see checkpoint_if_due)
         self.pending: list[torch.Tensor] = []  # losses of the steps since read_losses, still on the device
-        # The model as the steps call it: compiled for static shapes (CUDA: captured in CUDA graphs).
         self.step_model = self.model
         if config.compile:
             mode = "reduce-overhead" if device.type == "cuda" else None
             self.step_model = torch.compile(model, mode=mode, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND)
 
     def add_callback(self, event: str, callback: Callable[[TrainState], None]) -> None:
-        """Run callback(state) at `event`: on_batch_end, on_epoch_end or on_train_end."""
+        """Run callback(state) at `event` (see the class's docstring)."""
         self.callbacks[event].append(callback)
 
     def trigger_callbacks(self, event: str) -> None:
@@ -194,8 +190,8 @@ class Trainer:
         return min(self.state.max_epochs * self.state.batches_per_epoch, self.config.max_steps or math.inf)
 
     def read_losses(self) -> None:
-        """Move the losses of the steps since the last read to the state and the log: one device sync per
-        LOSS_EVERY steps, not one a step. A non-finite loss raises FloatingPointError naming its step."""
+        """Move the losses of the steps since the last read (see LOSS_EVERY) to the state and the log; a non-finite
+        loss raises FloatingPointError naming its step."""
         if not self.pending:
             return
         values, first = torch.stack(self.pending).float().tolist(), self.state.step - len(self.pending) + 1

@@ -1,5 +1,4 @@
-"""Small shared helpers: user errors, device and precision, atomic file writes,
-safe outputs, seeding, and finding data files."""
+"""Small shared helpers: user errors, settings, seeding, checked inputs and outputs, atomic writes, data files."""
 
 from __future__ import annotations
 
@@ -219,7 +218,7 @@ def _temporary_stem(target: Path) -> str:
 
 def stale_temporaries(target: Path) -> list[Path]:
     """The temporaries that writes to `target` by processes no longer running left behind (a kill during a
-    write); a running process's temporary is not one."""
+    write)."""
     stem = _temporary_stem(target)
     found = target.parent.glob(f"{glob.escape(stem)}.*-*.tmp")
     pids = {tmp: tmp.name[len(stem) + 1 :].split("-")[0] for tmp in found}
@@ -228,11 +227,10 @@ def stale_temporaries(target: Path) -> list[Path]:
 
 def _running(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # another user's process
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
-        return True
     return True
 
 
@@ -259,8 +257,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         cause = _why(e) if os.path.isdir(parent) else f"folder {parent} does not exist"
         raise UserError(f"{path}: cannot be written ({cause}); the previous file, if any, is intact") from None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def _fsync(path: Path) -> None:
@@ -282,7 +279,7 @@ def write_json_atomic(path: str | Path, obj: object) -> None:
 def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None,
                       sealed: bool = False) -> None:  # fmt: skip
     """torch.save `obj` to `path` atomically (see atomic_path); once the temporary is written and on disk,
-    `before_rename(temporary)` runs just before the rename (save_params writes the params' sidecar there).
+    `before_rename(temporary)` runs just before the rename (save_with_sidecar writes the params' sidecar there).
     `sealed` saves it with the SHA-256 of its bytes, which torch_load_safe checks (checkpoints)."""
     if sealed:
         buffer = io.BytesIO()
@@ -319,10 +316,9 @@ def _same_file(a: Path, b: Path) -> bool:
             return True
     except (RuntimeError, OSError):  # a symlink loop: compare the names as given
         return a.absolute() == b.absolute()
-    try:
+    with contextlib.suppress(OSError):  # one of them does not exist (yet)
         return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
+    return False
 
 
 def torch_load_safe(path: str | Path, flag: str = "") -> object:
@@ -380,7 +376,7 @@ def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
     with contextlib.suppress(OSError):
         for line in Path(path).read_text().splitlines():
             if not line.strip():
-                break  # the first processor's block is enough
+                break
             key, _, value = line.partition(":")
             fields.setdefault(key.strip(), value.strip())
     return fields

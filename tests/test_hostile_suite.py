@@ -62,7 +62,7 @@ PLAY_CHAR = {
 RUN_SH = {
     "VARIANTS": "text", "TOTAL_MINUTES": "float", "SEED": "int", "OUT_DIR": "output_dir", "EXTRA_FLAGS": "text",
     "RECORD": "choice", "PRESET": "choice", "PRETRAIN_EPOCHS": "int", "FINETUNE_EPOCHS": "int",
-    "NOPRETRAIN_EPOCHS": "int",
+    "NOPRETRAIN_EPOCHS": "int", "PLAN_ONLY": "choice", "QUESTION_EPOCH_SECONDS": "float", "DEV_SECONDS": "float",
 }  # fmt: skip
 KINDS = {
     **{f"run.py {c}": RUN_PY for c in config.FUNCTIONS},  # each command takes some of them
@@ -105,7 +105,8 @@ ALLOWED = {
     **{(f"run.py {c}", "dropout", "0"): "no dropout (the cpu preset's)" for c in ("pretrain", "finetune")},
     **{(f"run.py {c}", "micro_batch", v): "0: whole batches; more rows than a batch: the same"
        for c in ("pretrain", "finetune") for v in ("0", str(10**12))},
-    ("run.py pretrain", "budget_minutes", str(10**12)): "a budget is a cap, and the cpu preset plans to it",
+    **{(f"run.py {c}", "budget_minutes", str(10**12)): "a budget is a cap, and the cpu preset plans to it"
+       for c in ("pretrain", "finetune")},
     ("addsub.py data", "seed", "0"): "any seed 0..2**32-1 makes a split",
     ("addsub.py train", "seed", "0"): "seeds are 0..2**32-1",
     **{("addsub.py train", f, "0"): "0 turns it off" for f in ("weight_decay", "grad_clip", "warmup_steps",
