@@ -309,10 +309,12 @@ def extra_flags_problem(words: list[str]) -> str | None:
     """What is wrong with run.sh's EXTRA_FLAGS, which it gives to each of its run.py commands: a flag one of them
     refuses, or one that sets the seed or the preset (run.sh's SEED and PRESET do), however abbreviated."""
     for command in ("pretrain", "finetune", "evaluate"):
-        with contextlib.redirect_stderr(said := io.StringIO()), contextlib.suppress(SystemExit):
-            typed = vars(make_parser(command).parse_intermixed_args(["vanilla", "wiki.txt", *words]))
-        if said.getvalue():
-            return f"EXTRA_FLAGS goes to every step, and {said.getvalue().strip().removesuffix(' (see --help)')}"
+        with contextlib.redirect_stderr(said := io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                typed = vars(make_parser(command).parse_intermixed_args(["vanilla", "wiki.txt", *words]))
+            except SystemExit:  # a usage mistake, said on stderr, or --help, printed on stdout
+                why = said.getvalue().strip().removesuffix(" (see --help)") or "-h or --help would print help instead"
+                return f"EXTRA_FLAGS goes to every step, and {why}"
         if name := next((n for n in ("seed", "preset") if typed[n] is not None), None):
             return f"EXTRA_FLAGS must not set the {name} ({shlex.join(words)}); set {name.upper()} instead"
     return None

@@ -80,7 +80,8 @@ def test_extra_flags_that_set_the_preset_are_refused_in_favour_of_preset(tmp_pat
     [("--max_steps 2", "--max_steps is for pretrain and finetune, not evaluate"),
      ("--no_such_flag", "unrecognized arguments: --no_such_flag"),
      ("--pre handout", "ambiguous option: --pre could match --pretrain_lr, --preset"),
-     ("--pret 1e-3", "run.py finetune: error: unrecognized arguments: --pret 1e-3")],
+     ("--pret 1e-3", "run.py finetune: error: unrecognized arguments: --pret 1e-3"),
+     ("--help", "-h or --help would print help instead"), ("-h", "-h or --help would print help instead")],
 )  # fmt: skip
 def test_extra_flags_that_a_step_would_refuse_are_refused_before_the_first_step(tmp_path, flags, said):
     proc = run_sh(tmp_path, EXTRA_FLAGS=flags, PRESET="cpu")
