@@ -93,6 +93,8 @@ fi
 out_path=$(realpath -m -- "$OUT_DIR" 2>/dev/null || echo "$OUT_DIR")  # through symlinks, as git sees it
 tracked=$(git --literal-pathspecs ls-files -- "$out_path" 2>/dev/null | head -n 1) || true
 [ -z "$tracked" ] || bad+=("OUT_DIR '$OUT_DIR' holds files tracked by git ($tracked); choose another folder, e.g. outputs")
+git_dir=$(git rev-parse --absolute-git-dir 2>/dev/null) || git_dir=""
+case $out_path/ in "${git_dir:-/nowhere}"/*) bad+=("OUT_DIR '$OUT_DIR' is inside git's own folder; choose another, e.g. outputs") ;; esac
 case $RECORD in
   0) ;;
   1) [ -z "$PRETRAIN_EPOCHS$FINETUNE_EPOCHS$NOPRETRAIN_EPOCHS$EXTRA_FLAGS" ] || bad+=("RECORD=1 records full runs \

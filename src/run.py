@@ -207,14 +207,17 @@ def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.d
         )
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def stop_on_signals(trainer: Trainer) -> Iterator[None]:
-    """Inside, SIGINT and SIGTERM ask `trainer` to checkpoint and stop after its current step."""
+    """Inside, SIGINT, SIGTERM and SIGHUP ask `trainer` to checkpoint and stop after its current step."""
 
     def request_stop(signum: int, frame: object) -> None:
         trainer.stop_requested = True
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -355,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
     argv = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "src/run.py", *argv])
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here Ctrl-C is a KeyboardInterrupt
+    for stop in STOP_SIGNALS:  # from here Ctrl-C, a kill and a closed terminal are each a KeyboardInterrupt
+        signal.signal(stop, signal.default_int_handler)
     try:
         config = resolved_config(argv)
         check_args(config)  # a bad value is a UserError

@@ -347,13 +347,24 @@ def test_new_params_beside_an_old_sidecar_are_refused_as_a_pair_a_kill_split(tin
     )
 
 
-def test_ctrl_c_while_evaluating_writes_nothing_and_says_so(
-    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, monkeypatch
+@pytest.fixture
+def signal_handlers():
+    """This process's handlers of run.py's stop signals as they were before the test (run.main sets them)."""
+    handlers = {sig: signal.getsignal(sig) for sig in run.STOP_SIGNALS}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_evaluating_writes_nothing_and_says_so(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, monkeypatch, signal_handlers, sig
 ):
     params = finetuned(tiny_corpus, tiny_train_tsv)
 
     def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
+        os.kill(os.getpid(), sig)  # Ctrl-C, a kill or a closed terminal while the answers are decoded
+        time.sleep(5)  # the handler interrupts the wait
 
     monkeypatch.setattr(answers, "predict", interrupted)
     shutil.rmtree("expt")

@@ -129,6 +129,16 @@ def test_an_out_dir_holding_files_git_tracks_is_refused_and_left_as_it_was(tmp_p
     assert sorted((p.name, p.stat().st_mtime_ns) for p in results.iterdir()) == before
 
 
+@pytest.mark.parametrize("out_dir", [".git/x", ".git"])
+def test_an_out_dir_inside_gits_own_folder_is_refused(tmp_path, out_dir):
+    proc = run_sh(tmp_path, OUT_DIR=out_dir)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"run.sh: OUT_DIR '{out_dir}' is inside git's own folder; choose another, e.g. outputs"
+    ]
+    assert not (REPO_ROOT / ".git" / "x").exists()
+
+
 def test_an_out_dir_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "out").write_text("mine")
     proc = run_sh(tmp_path)
