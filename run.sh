@@ -160,14 +160,26 @@ print(f'{config.CONTROL_SHARE * float(sys.argv[1]):.2f}')" "$TOTAL_MINUTES")
 fi
 
 RUN="python src/run.py"
+# A kill or a closed terminal stops the step running too (a training writes its checkpoint), then run.sh. The steps
+# run in the background, waited for: bash runs a trap only once the foreground command has ended.
+stop_run() {
+  trap - TERM HUP
+  kill -TERM $(jobs -p) 2>/dev/null || true
+  wait || true
+  echo "run.sh: stopped by a signal during step ${STEP_NAME:-}; its log is in $OUT_DIR/" >&2
+  exit 143
+}
+trap stop_run TERM HUP
 timed() {  # timed NAME command...: run it, log it, remember its wall-clock seconds; stop the run if it fails
   local name=$1; shift
   local t0=$SECONDS status=0
   echo; echo "== $name"
+  STEP_NAME=$name
   # Progress bars redraw with a carriage return: show the lines between them, not the bars. grep finding
   # no line is no failure; with pipefail the pipeline's status is then the command's (or tee's).
   "$@" 2>&1 | tee "$OUT_DIR/$name.log" | tr '\r' '\n' |
-    { grep --line-buffered -v -E '(it/s|s/it)[],]|^\s*$' || true; } || status=$?
+    { grep --line-buffered -v -E '(it/s|s/it)[],]|^\s*$' || true; } &
+  wait $! || status=$?
   if [ "$status" -ne 0 ]; then
     echo "run.sh: step $name failed (exit code $status); see $OUT_DIR/$name.log" >&2
     exit "$status"

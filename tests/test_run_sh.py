@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -145,6 +147,33 @@ def test_an_out_dir_that_is_a_file_is_refused(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [f"run.sh: OUT_DIR '{tmp_path / 'out'}' is not a folder; give a folder name"]
     assert proc.stdout == "" and (tmp_path / "out").read_text() == "mine"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_kill_stops_the_step_running_and_then_run_sh(tmp_path, sig):
+    root = fake_checkout(tmp_path / "checkout")
+    shutil.copy(REPO_ROOT / "run.sh", root / "run.sh")
+    bin_dir = root / ".venv" / "bin"
+    # A step that runs until it is signalled, then says so, as run.py stops (and checkpoints) on SIGTERM or SIGHUP.
+    (bin_dir / "python").write_text(
+        '#!/bin/bash\necho "$@" >>"$(dirname "$0")/calls.log"\n'
+        'if [ "$1" = src/run.py ]; then\n'
+        '  trap \'kill $!; echo "stopped: $2" >>"$(dirname "$0")/calls.log"; exit 130\' TERM HUP\n'
+        '  touch "$(dirname "$0")/running"; sleep 60 & wait\nfi\n'
+    )
+    env = {**os.environ, "OUT_DIR": str(tmp_path / "out"), "PRESET": "cpu"}
+    proc = subprocess.Popen(["bash", str(root / "run.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (bin_dir / "running").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert err.splitlines()[-1].startswith("run.sh: stopped by a signal during step vanilla_nopretrain_finetune")
+    steps = [line for line in calls(root).splitlines() if line.startswith(("src/run.py", "stopped"))]
+    assert steps[1:] == ["stopped: finetune"]  # the step running was stopped, and no other started
 
 
 def test_run_sh_stops_at_the_first_failed_step_naming_it_and_its_log_and_writes_no_report(tmp_path):
