@@ -314,6 +314,8 @@ def problems(args: RunConfig) -> Iterator[str]:
         yield f"--n_embd {a.n_embd} must be divisible by --n_head {a.n_head}"
     elif a.variant == "rope" and (a.n_embd // a.n_head) % 2:
         yield f"rope needs an even head size; --n_embd {a.n_embd} / --n_head {a.n_head} is odd"
+    if a.micro_batch is not None and a.order != "file":
+        yield f"--micro_batch splits the handout's file order only; --preset {a.preset} batches by length"
     if a.variant == "perceiver" and a.n_layer < 2:
         yield "the perceiver needs --n_layer of at least 2 (down and up blocks)"
     if memory := memory_problem(a.n_layer, a.n_embd):

@@ -142,6 +142,8 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
     elif (key := next((k for k, v in state.items() if v.shape != expected[k].shape), None)) is not None:
         problem = (f"{key} has shape {tuple(state[key].shape)}, this model needs {tuple(expected[key].shape)} "
                    "(another bottleneck_dim, vocabulary or model size?)")  # fmt: skip
+    elif (key := next((k for k, v in state.items() if not v.isfinite().all()), None)) is not None:
+        problem = f"{key} holds NaN or infinite weights: these params cannot answer or train"
     else:
         model.load_state_dict(state)
         warn_unverified(path, have)

@@ -137,6 +137,7 @@ def train(
     chosen = machine.choose(device, args.fp32, args.micro_batch)
     dataset, extra = training_data(args, corpus, model, device)
     cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length, chosen)
+    chosen["micro_batch"] = cfg.micro_batch  # the sidecar records what the order uses
     data = {str(path): file_sha256(path) for path in data_files(args).values()}
     ckpt = load_checkpoint_for_resume(args, ckpt_path, data) if args.resume else None
     if ckpt is None and ckpt_path.exists():

@@ -192,6 +192,16 @@ def test_a_time_budget_becomes_the_trainers_budget_in_seconds():
     assert time_budget(args) == (90, True)
 
 
+def test_micro_batches_are_refused_where_the_order_batches_by_length(tiny_corpus, capsys):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--preset", "cpu", "--micro_batch", "7") == 2
+    one_line_error(capsys, "--micro_batch splits the handout's file order only; --preset cpu batches by length")
+
+
+def test_the_sidecar_records_the_micro_batches_the_order_used(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 2, "--preset", "cpu") == 0
+    assert read_sidecar("pt.params")["speed"]["micro_batch"] == 0  # a bucketed batch is cropped whole
+
+
 def test_the_cpu_presets_finetune_from_scratch_plans_its_epochs_to_a_time_budget():
     args = resolved("finetune", "vanilla", "wiki.txt", "--preset", "cpu", "--budget_minutes", "3")
     assert time_budget(args) == (180, True)

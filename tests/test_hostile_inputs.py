@@ -334,6 +334,22 @@ def test_a_temporary_name_stays_within_the_name_limit_for_the_longest_legal_name
     assert target.read_bytes() == b"x"
 
 
+def test_params_with_nan_weights_and_a_consistent_hash_are_refused_naming_the_tensor(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    corpus = run.CharCorruptionDataset(run.read_text(tiny_corpus), run.BLOCK_SIZE)
+    config = run.resolved_config([str(a) for a in evaluate(tiny_corpus, params, tiny_dev_tsv)])
+    model = run.build_model(config, corpus.vocab_size)
+    with torch.no_grad():
+        model.head.weight.fill_(float("nan"))
+    run.save_params(model, corpus.vocab, params, {})  # sealed anew: its hash matches
+    shutil.rmtree("expt")
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv), "head.weight holds NaN or infinite weights")
+    assert nothing_written("out.predictions", "out.predictions.json")
+
+
 def test_new_params_beside_an_old_sidecar_are_refused_as_a_pair_a_kill_split(tiny_corpus, tiny_train_tsv, capsys):
     params = finetuned(tiny_corpus, tiny_train_tsv)
     old_sidecar = Path(f"{params}.json").read_bytes()
