@@ -192,6 +192,7 @@ def resolve(typed: dict) -> RunConfig:
 # run; the finetune without pretraining (a control that scores near zero) at most this one, its epochs planned to it.
 PRETRAIN_SHARE, CONTROL_SHARE = 0.6, 0.05
 STEP_MARGIN = 5  # seconds a run.py step spends starting (torch, the data) beside its work
+VARIANT_STEPS = ("pretrain", "finetune", "pretrain_dev", "pretrain_test", "reader", "recite_dev", "recite_test")
 
 
 @dataclass
@@ -243,9 +244,9 @@ def plan_run(
         # their direct answers; reciting the 2,000 training people, eight dev evaluations.
         reader_epoch[v] = 2.7 * epoch * (chars + ANSWER_ROOM) / (RECITE_CHARS + ANSWER_ROOM)
         recite = dev * (1 + 4 * chars / RECITE_CHARS)
-        steps = {"pretrain": 0, "finetune": finetune, "pretrain_dev": dev, "pretrain_test": dev,
-                 "reader": 8 * dev * chars / RECITE_CHARS + STEP_MARGIN, "recite_dev": recite, "recite_test": recite}  # fmt: skip
-        seconds |= {f"{v}_{step}": s for step, s in steps.items()}
+        reading = 8 * dev * chars / RECITE_CHARS + STEP_MARGIN  # before its epochs
+        steps = zip(VARIANT_STEPS, (0, finetune, dev, dev, reading, recite, recite), strict=True)
+        seconds |= {f"{v}_{step}": s for step, s in steps}
     room = (1 - PRETRAIN_SHARE) * total - sum(seconds.values())
     reader_epochs = finetune_epochs or preset_value("cpu", "reader", "max_epochs")
     reader_epochs = max(1, min(reader_epochs, math.floor(room / sum(reader_epoch.values()))))
