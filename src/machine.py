@@ -150,19 +150,19 @@ def measured(device: torch.device) -> Measured:
     key = machine_key(device)
     if key in _decided:
         return _decided[key]
-    path, cache = cache_path(), {}
+    path, cache = cache_path(), None
     usable = path is not None and (not os.path.lexists(path) or (path.is_file() and not path.is_symlink()))
     if usable and path.is_file():
         with contextlib.suppress(OSError, ValueError):
             cache = json.loads(path.read_text(encoding="utf-8"))
-    found = cached_entry(cache.get(key)) if isinstance(cache, dict) else None
+    cache = cache if isinstance(cache, dict) else {}
+    found = cached_entry(cache.get(key))
     if found is None:
         found = measure(device)
-        entry = {k: v for k, v in asdict(found).items() if k != "source"}
         if usable:
             with contextlib.suppress(OSError, UserError):
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_json_atomic(path, {**(cache if isinstance(cache, dict) else {}), key: entry})
+                write_json_atomic(path, {**cache, key: {k: v for k, v in asdict(found).items() if k != "source"}})
         else:
             where = f"{path} is not a regular file" if path else "no home folder holds it"
             print(f"note: this machine's measurement is not cached ({where})")
