@@ -6,7 +6,7 @@ plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it
 benchmark compare against.
 
 The modules below add the learned projections, whose parameters (`key`, `query`, `value`, `proj`) and persistent
-`mask` buffer are named as the handout's (see model.py).
+`mask` buffer are named as the handout's, so that its params files load strictly in both directions.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ class Pace:
             return line
         held = s.epoch + (budget - s.seconds) / epoch_seconds
         line += f"; the {budget / 60:g}-minute budget holds about {held:.0f} of {s.max_epochs}"
-        tokens = s.tokens / s.epoch * held
+        tokens = s.tokens / s.epoch * held  # every epoch counts the same tokens
         progress = min(1.0, (tokens - cfg.warmup_tokens) / max(1, s.final_tokens - cfg.warmup_tokens))
         rate = lr_multiplier(tokens, cfg.warmup_tokens, s.final_tokens, cfg.cosine_cap)
         return line + f", where the planned cosine is {progress:.0%} done and the rate {rate:.2f} of its peak"

@@ -24,7 +24,7 @@ MASK_CHAR = "\u2047"  # ⁇, id 1; marks the start of a masked span and of an an
 
 def reserved_problem(text: str) -> str | None:
     """Why a text a user gives (a corpus, a question, a place) cannot be read: it holds PAD or MASK, which the
-    models reserve (see their definitions); else None."""
+    models reserve for padding and for marking spans and answers; else None."""
     found = [c for c in (PAD_CHAR, MASK_CHAR) if c in text]
     return f"holds the reserved character {found[0]!r} (U+{ord(found[0]):04X})" if found else None
 

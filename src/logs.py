@@ -53,7 +53,7 @@ def run_folder(args: RunConfig) -> Path:
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
     """Inside: (a writer to the run's folder, a dict the command fills with what it found), logged as hparams beside the
     config at the end. A failure (not an interruption, which may resume) removes the folder and those above it that this
-    run made; an OS error (a full disk) becomes one line."""
+    run made (never one that was there before); an OS error (a full disk) becomes one line."""
     folder, writer, found = run_folder(args), None, {}
     made = folders_to_make(folder)  # innermost first: the run's folder, then parents it creates
     with no_thread_tracebacks_for_os_errors():  # the error is said once, in one line, below

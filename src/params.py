@@ -108,8 +108,8 @@ def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
 
 
 def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """Save `model`'s params to `path` with a sidecar of what loading checks (model_description), the GPTConfig
-    as used under "model", and `extra`."""
+    """Save `model`'s params to `path`, a plain state_dict the handout's model loads, with a sidecar of what loading
+    checks (model_description), the GPTConfig as used under "model", and `extra`."""
     description = {**model_description(model.config, vocab), "model": asdict(model.config), **extra}
     save_with_sidecar({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, description)
 

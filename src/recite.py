@@ -130,6 +130,7 @@ def reader_dataset(
     )
     # A recitation without the place could only teach the reader to answer from memory, as the direct
     # protocol does; trained on the others alone it answered as many and took a fifth less time (bench/RESEARCH.md).
+    # A model pretrained too briefly to recite any place trains on them all.
     kept = [(q, r) for q, r in zip(questions, recitations, strict=True) if q.place in r]
     print(f"the reader trains on the {len(kept)} recitations that hold their place" if kept else
           "no recitation holds its place (pretrain longer); the reader trains on them all")  # fmt: skip

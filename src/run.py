@@ -97,7 +97,7 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
               "--writing_params_path's checkpoint": written and f"{written}.ckpt",
               "--outputs_path's sidecar": outputs_path and sidecar_path(outputs_path)}  # fmt: skip
     refuse_same_file(outputs | beside, inputs)
-    for flag, output in beside.items():
+    for flag, output in beside.items():  # before any work, not after hours of training
         check_output_file(output, flag)
 
 
@@ -170,7 +170,7 @@ def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
     s = trainer.state
     if not s.stop and s.epoch < s.max_epochs and ckpt_path.is_file():  # --max_steps
         return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
-    ckpt_path.unlink(missing_ok=True)
+    ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume
     return ""
 
 

@@ -41,7 +41,7 @@ class TrainerConfig:
     optimizer: str = "adamw"  # or "muon" for the hidden layers' weight matrices (optim.make_optimizer)
     decay: str = "matmul"  # which weights decay: nn.Linear's, or the handout's "all_but_biases" (optim.py)
     warmup_tokens: float = 512 * 20
-    final_tokens: float = 260e9  # where the cosine ends
+    final_tokens: float = 260e9  # where the cosine ends (a time budget's plan may move it: TrainState)
     cosine_cap: bool = False  # see lr_multiplier
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
     bf16: bool = False  # bf16 autocast (machine.choose decides; Muon's iteration in bf16 then)
@@ -73,7 +73,7 @@ class TrainState:
     epoch_seconds: list[float] = field(default_factory=list)  # training time of each epoch run whole
     losses: list[float] = field(default_factory=list)
     whole_epoch: bool = False  # the epoch that just ended ran whole in this process
-    planned: bool = False
+    planned: bool = False  # a time budget's plan has set max_epochs and final_tokens
     stop: bool = False
 
 
@@ -112,7 +112,8 @@ class Trainer:
     yields (x, y) (B, T). `log(name, value, step)` takes scalars (a TensorBoard writer's add_scalar). Callbacks take the
     TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the run) and
     "on_train_end". The state and `extra` are checkpointed atomically to `config.ckpt_path` every `ckpt_every` steps
-    and at the end; `resume(ckpt)` ends an interrupted run as an uninterrupted one would."""
+    and at the end; `resume(ckpt)` ends an interrupted run as an uninterrupted one would. A non-finite loss raises
+    FloatingPointError before anything is saved."""
 
     def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
                  log: Callable[[str, float, int], None] | None = None, extra: dict | None = None):  # fmt: skip
