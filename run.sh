@@ -20,8 +20,8 @@
 # Settings (environment): TOTAL_MINUTES (120), PRESET (cpu; handout with a GPU), VARIANTS
 # ("vanilla perceiver rope" when unset; words on any whitespace), SEED (0), PRETRAIN_EPOCHS,
 # FINETUNE_EPOCHS (after pretraining), NOPRETRAIN_EPOCHS (finetune from scratch): the preset's when
-# unset; OUT_DIR (outputs; not a folder holding files git tracks); EXTRA_FLAGS (added to every run.py
-# call; not --seed or --preset: use SEED and PRESET); RECORD (0; 1: record the run in bench/results/,
+# unset; OUT_DIR (outputs; not a folder holding files git tracks); EXTRA_FLAGS (run.py flags, each given to
+# the steps whose command takes it; not the seed, preset, epochs, budgets or files: run.sh sets those); RECORD (0; 1: record the run in bench/results/,
 # report.md and runs.jsonl, the README's table: for the project's own measured runs, full runs only);
 # PLAN_ONLY (0; 1: say the plan for QUESTION_EPOCH_SECONDS and DEV_SECONDS, then stop).
 # Settings are checked before anything runs (one line each, exit 2); the first failed step stops the
@@ -68,13 +68,6 @@ for name in PRETRAIN_EPOCHS FINETUNE_EPOCHS NOPRETRAIN_EPOCHS; do
     bad+=("$name must be a positive integer, got '$value'")
 done
 case $PRESET in "" | handout | cpu) ;; *) bad+=("PRESET must be handout or cpu, got '$PRESET'") ;; esac
-# The header and the report state SEED and PRESET: a step must not run with others (run.py takes a flag's prefix).
-for word in "${EXTRA_LIST[@]}"; do
-  case ${word%%=*} in
-    --se | --see | --seed) bad+=("EXTRA_FLAGS must not set the seed ('$word'); set SEED instead, e.g. SEED=5") ;;
-    --pres | --prese | --preset) bad+=("EXTRA_FLAGS must not set the preset ('$word'); set PRESET instead") ;;
-  esac
-done
 # A run's outputs must not replace files git tracks (such as the recorded bench/results/report.md).
 [ ! -e "$OUT_DIR" ] || [ -d "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' is not a folder; give a folder name")
 [ -e "$OUT_DIR" ] || [ ! -L "$OUT_DIR" ] || bad+=("OUT_DIR '$OUT_DIR' is a symlink that cannot be followed")
@@ -108,14 +101,16 @@ fi
 VARIANTS="${VARIANT_LIST[*]}" SEED=$((10#$SEED))  # as the steps read them: one space between variants, no leading 0
 
 source ./setup.sh
-# EXTRA_FLAGS goes to every run.py step: each command must take it (argparse's prefixes included) before any runs.
-problem=$(python -c 'import sys; sys.path.insert(0, "src"); import run; print(run.extra_flags_problem(sys.argv[1:]) or "")' \
-  "${EXTRA_LIST[@]}")
-if [ -n "$problem" ]; then echo "run.sh: $problem" >&2; exit 2; fi
 if [ -z "$PRESET" ]; then
   PRESET=cpu
   if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then PRESET=handout; fi
 fi
+# EXTRA_FLAGS go to the run.py commands that take them, checked by each command's rules before any step runs
+# (run.py's extra_flags): a line of flags for pretrain, one for finetune, one for evaluate.
+extra=$(python -c 'import sys; sys.path.insert(0, "src"); import run; sys.exit(run.print_extra_flags(sys.argv[1:]))' \
+  "$PRESET" "$VARIANTS" "${EXTRA_LIST[@]}") || exit 2
+mapfile -t extra <<<"$extra"
+PRETRAIN_EXTRA=${extra[0]:-} FINETUNE_EXTRA=${extra[1]:-} EVALUATE_EXTRA=${extra[2]:-}
 BOTTLENECK=64  # the perceiver's m: its bottleneck's positions
 # say_plan EPOCH_SECONDS DEV_SECONDS [CONTROL_SECONDS]: say the plan (config.plan_run), then set BUDGET (each
 # pretraining's minutes), READER_EPOCHS and PLANNED_MINUTES from it
@@ -145,7 +140,7 @@ FT_FLAGS="${FINETUNE_EPOCHS:+--max_epochs $FINETUNE_EPOCHS}"
 NOPRE_FLAGS="${NOPRETRAIN_EPOCHS:+--max_epochs $NOPRETRAIN_EPOCHS}"
 # One TensorBoard folder per run.sh, holding a folder per step named after what it did (run.py's run_role).
 TB_DIR="expt/run.sh_$(date +%Y%m%d-%H%M%S)_seed$SEED"
-COMMON="--preset $PRESET --seed $SEED --tb_dir $TB_DIR $EXTRA_FLAGS"
+COMMON="--preset $PRESET --seed $SEED --tb_dir $TB_DIR"
 START=$SECONDS STEP=0
 STEPS=$((3 + 7 * ${#VARIANT_LIST[@]}))  # london, from scratch (2), 7 per variant
 echo "run.sh: preset $PRESET, seed $SEED, variants: $VARIANTS; output in $OUT_DIR/"
@@ -197,10 +192,10 @@ seconds_of() { awk -v n="$1" '$1 == n {print $2}' "$OUT_DIR/times.txt"; }
 timed london python london_baseline.py --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/london.dev.predictions"
 
 timed vanilla_nopretrain_finetune $RUN finetune vanilla wiki.txt --writing_params_path "$OUT_DIR/vanilla.model.params" \
-  --finetune_corpus_path birth_places_train.tsv $CONTROL_FLAGS $COMMON
+  --finetune_corpus_path birth_places_train.tsv $CONTROL_FLAGS $COMMON $FINETUNE_EXTRA
 timed vanilla_nopretrain_dev $RUN evaluate vanilla wiki.txt --reading_params_path "$OUT_DIR/vanilla.model.params" \
   --eval_corpus_path birth_dev.tsv --outputs_path "$OUT_DIR/vanilla.nopretrain.dev.predictions" \
-  --scores_path "$OUT_DIR/vanilla.nopretrain.dev.scores.tsv" $COMMON
+  --scores_path "$OUT_DIR/vanilla.nopretrain.dev.scores.tsv" $COMMON $EVALUATE_EXTRA
 
 BUDGET_FLAGS="" READER_FLAGS=$FT_FLAGS
 if [ "$PRESET" = cpu ]; then
@@ -219,18 +214,18 @@ fi
 answer_with() {
   local step=$1 params="$OUT_DIR/$variant.$2.params" out="$OUT_DIR/$variant.$3" name=${variant}_$3; shift 3
   timed ${variant}_$step $RUN finetune $variant wiki.txt --reading_params_path "$OUT_DIR/$variant.pretrain.params" \
-    --writing_params_path "$params" --finetune_corpus_path birth_places_train.tsv "$@" $flags $COMMON
+    --writing_params_path "$params" --finetune_corpus_path birth_places_train.tsv "$@" $flags $COMMON $FINETUNE_EXTRA
   timed ${name}_dev $RUN evaluate $variant wiki.txt --reading_params_path "$params" --eval_corpus_path birth_dev.tsv \
-    --outputs_path "$out.dev.predictions" --scores_path "$out.dev.scores.tsv" $flags $COMMON
+    --outputs_path "$out.dev.predictions" --scores_path "$out.dev.scores.tsv" $flags $COMMON $EVALUATE_EXTRA
   timed ${name}_test $RUN evaluate $variant wiki.txt --reading_params_path "$params" \
-    --eval_corpus_path birth_test_inputs.tsv --outputs_path "$out.test.predictions" $flags $COMMON
+    --eval_corpus_path birth_test_inputs.tsv --outputs_path "$out.test.predictions" $flags $COMMON $EVALUATE_EXTRA
 }
 
 for variant in "${VARIANT_LIST[@]}"; do
   flags="" cycle_start=$SECONDS
   [ "$variant" = perceiver ] && flags="--bottleneck_dim $BOTTLENECK"
   timed ${variant}_pretrain $RUN pretrain $variant wiki.txt --writing_params_path "$OUT_DIR/$variant.pretrain.params" \
-    $PRE_FLAGS $BUDGET_FLAGS $flags $COMMON
+    $PRE_FLAGS $BUDGET_FLAGS $flags $COMMON $PRETRAIN_EXTRA
   # The direct protocol (the handout's), then the recite protocol: a reader finetuned from the same
   # pretrained params answers from what they recite about each person (src/recite.py).
   answer_with finetune finetune pretrain $FT_FLAGS

@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,31 +38,18 @@ FLAGS = {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"
 
 
 def load_src(src: Path) -> SimpleNamespace:
-    """The modules of the src/ folder `src`: this checkout's, or another's (replacing those research.py imported)."""
+    """The modules of the src/ folder `src`: this checkout's, or another's of the same public functions (replacing
+    those research.py imported)."""
     if src.resolve() != ROOT / "src":
         for name, module in list(sys.modules.items()):
             if Path(getattr(module, "__file__", None) or "/").parent == ROOT / "src":
                 del sys.modules[name]
     sys.path.insert(0, str(src))
-    import config, dataset, optim, trainer, utils  # noqa: E401, I001
+    import config, dataset, machine, optim, run, trainer, utils  # noqa: E401, I001
 
-    try:  # the machine policy's module; a src/ before it decided precision in utils
-        import machine
-    except ImportError:
-        machine = None
-    return SimpleNamespace(config=config, dataset=dataset, optim=optim, trainer=trainer, utils=utils, machine=machine)
-
-
-def autocast(src: SimpleNamespace, device: torch.device, bf16: bool):
-    """src/'s autocast context for the precision training uses."""
-    return (src.machine or src.utils).autocast(device, bf16)
-
-
-def chosen_precision(src: SimpleNamespace, fp32: bool) -> bool:
-    """Whether training uses bf16 on this CPU, by src/'s machine policy (before it: what torch calls supported)."""
-    if src.machine is not None:
-        return src.machine.choose(CPU, fp32, say=False)["precision"] == "bf16"
-    return not fp32 and src.utils.bf16_supported(CPU)
+    return SimpleNamespace(
+        config=config, dataset=dataset, machine=machine, optim=optim, run=run, trainer=trainer, utils=utils
+    )
 
 
 def newton_schulz_flops(optimizer) -> float:
@@ -88,32 +74,34 @@ def flops_by_shape(model: torch.nn.Module, autocast: Callable) -> Callable:
     return flops
 
 
-def split(trainer, x: torch.Tensor, y: torch.Tensor) -> list:
-    """The step's micro-batches [(x, y, share)] as trainer.optimize takes them (a src/ without them: one)."""
-    if hasattr(trainer, "micro_batches"):
-        return list(trainer.micro_batches(x, y))
-    return [(x, y, None)]
+def split(src: SimpleNamespace, trainer, x: torch.Tensor, y: torch.Tensor) -> list:
+    """The step's micro-batches [(x, y, share)] as trainer.optimize makes them."""
+    return src.dataset.micro_batches(x, y, 0 if trainer.config.compile else trainer.config.micro_batch)
 
 
-def timed_step(src: SimpleNamespace, trainer, x: torch.Tensor, y: torch.Tensor, clock: dict) -> torch.Tensor:
-    """One step on x, y (B, T) as Trainer.optimize takes it, its parts' seconds added to `clock` -> the loss."""
-    cfg, model, device = trainer.config, trainer.model, trainer.device
-    model.zero_grad(set_to_none=True)
-    loss = 0.0
-    for xs, ys, share in split(trainer, x.to(device), y.to(device)):
-        t0 = time.perf_counter()
-        with autocast(src, device, cfg.bf16):
-            _, part = model(xs.to(device), ys.to(device))
-        t1 = time.perf_counter()
-        (part if share is None else part * share).backward()
-        clock["forward"] += t1 - t0
-        clock["backward"] += time.perf_counter() - t1
-        loss = loss + (part.detach() if share is None else part.detach() * share)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip)
-    t0 = time.perf_counter()
-    trainer.optimizer.step()
-    clock["optimizer"] += time.perf_counter() - t0
-    return loss
+def clock_parts(trainer, clock: dict) -> None:
+    """Add the seconds of trainer.optimize's forward passes and optimizer steps to `clock`, through torch's hooks on
+    the model and the optimizers (the rest of a step is its backward pass and the gradient clipping)."""
+
+    def timer(part: str) -> tuple[Callable, Callable]:
+        def start(*_) -> None:
+            clock["started"] = time.perf_counter()
+
+        def stop(*_) -> None:
+            clock[part] += time.perf_counter() - clock["started"]
+
+        return start, stop
+
+    start, stop = timer("forward")
+    trainer.model.register_forward_pre_hook(start)
+    trainer.model.register_forward_hook(stop)
+    optimizers = (
+        [trainer.optimizer.muon, trainer.optimizer.adamw] if hasattr(trainer.optimizer, "muon") else [trainer.optimizer]
+    )
+    for optimizer in optimizers:
+        start, stop = timer("optimizer")
+        optimizer.register_step_pre_hook(start)
+        optimizer.register_step_post_hook(stop)
 
 
 def build(src: SimpleNamespace, args, variant: str):
@@ -125,14 +113,14 @@ def build(src: SimpleNamespace, args, variant: str):
     src.utils.seed_everything(run_config.seed)
     corpus = src.dataset.CharCorruptionDataset(src.dataset.read_text(args.corpus), src.config.BLOCK_SIZE)
     model = src.config.build_model(run_config, corpus.vocab_size)
-    if src.machine is not None:
-        chosen = src.machine.choose(CPU, run_config.fp32, say=False)
-        cfg = src.config.trainer_config(run_config, len(corpus), len(corpus), corpus.example_length, chosen)
-    else:  # a src/ before the machine policy
-        cfg = src.config.trainer_config(run_config, len(corpus))
-    cfg = replace(cfg, ckpt_path=None)
-    if args.micro_batch is not None:
-        cfg = replace(cfg, micro_batch=args.micro_batch)
+    chosen = src.machine.choose(CPU, run_config.fp32, args.micro_batch, say=False)
+    # run.py's train builds this TrainerConfig too; the schedule's end does not change a step's cost
+    cfg = src.trainer.TrainerConfig(
+        **{name: getattr(run_config, name) for name in src.run.TRAINER_SETTINGS},
+        learning_rate=run_config.pretrain_lr,
+        micro_batch=chosen["micro_batch"] if run_config.order == "file" else 0,
+        precision=chosen["precision"],
+    )
     return corpus, src.trainer.Trainer(model, corpus, cfg, CPU), run_config
 
 
@@ -143,28 +131,31 @@ def measure_variant(src: SimpleNamespace, args, variant: str) -> dict:
     t0 = time.perf_counter()
     epoch = list(trainer.batches(1))  # epoch 0's batches are the ones trained on below
     data_seconds = (time.perf_counter() - t0) / len(epoch)
-    epoch_positions = sum(xs.numel() for x, y in epoch for xs, _, _ in split(trainer, x, y))
+    epoch_positions = sum(xs.numel() for x, y in epoch for xs, _, _ in split(src, trainer, x, y))
     batches = list(trainer.batches(0))
     batches = (batches * (1 + (args.warmup + args.steps) // len(batches)))[: args.warmup + args.steps]
-    flops = flops_by_shape(trainer.model, lambda: autocast(src, trainer.device, cfg.bf16))
+    flops = flops_by_shape(trainer.model, lambda: src.machine.autocast(trainer.device, cfg.precision))
     trainer.model.train()
     clock = dict.fromkeys(PARTS, 0.0)
+    clock_parts(trainer, clock)
     positions = padded = targets = model_flops = 0
     wall = 0.0
     for i, (x, y) in enumerate(batches):
         if i == args.warmup:
-            clock = dict.fromkeys(PARTS, 0.0)
+            clock |= dict.fromkeys(PARTS, 0.0)
         t0 = time.perf_counter()
-        loss = timed_step(src, trainer, x, y, clock)
-        trainer.schedule(x.size(0) * corpus.example_length)
+        loss = trainer.optimize(x, y)  # at the peak rate throughout: the schedule does not change a step's cost
+        optimized = time.perf_counter()
         final_loss = loss.item()
         if i >= args.warmup:
             wall += time.perf_counter() - t0
-            parts = split(trainer, x, y)
+            clock["backward"] += optimized - t0
+            parts = split(src, trainer, x, y)
             positions += sum(xs.numel() for xs, _, _ in parts)
             model_flops += sum(flops(xs, ys) for xs, ys, _ in parts)
             padded, targets = padded + x.numel(), targets + int((y != 0).sum())
     n = args.steps
+    clock["backward"] -= clock["forward"] + clock["optimizer"]  # what optimize spent beside those
     seconds = {part: clock[part] / n for part in ("forward", "backward", "optimizer")}
     other = max(0.0, wall / n - sum(seconds.values()))  # what the step's wall time holds beyond those
     seconds |= {"data": data_seconds, "other": other}
@@ -174,7 +165,7 @@ def measure_variant(src: SimpleNamespace, args, variant: str) -> dict:
         "preset": args.preset,
         "order": cfg.order,
         "batch_size": cfg.batch_size,
-        "micro_batch": getattr(cfg, "micro_batch", None),
+        "micro_batch": cfg.micro_batch,
         "optimizer": cfg.optimizer,
         "dropout": run_config.dropout,
         "sizes": {"n_layer": run_config.n_layer, "n_head": run_config.n_head, "n_embd": run_config.n_embd},
@@ -200,13 +191,13 @@ def machine(src: SimpleNamespace, bf16: bool, peak_n: int) -> dict:
     """The machine's part of a row: its CPU, threads, torch, precision and measured matmul peaks."""
     dtype, other = (torch.bfloat16, torch.float32) if bf16 else (torch.float32, torch.bfloat16)
     info = research.cpu_info()
-    probe = src.machine.choose(CPU, say=False) if src.machine is not None else {}
+    probe = src.machine.choose(CPU, say=False)
     return {
         "cpu_name": research.cpu_name(),
         "cpu": {k: info[k] for k in ("model name", "cpu family", "model", "stepping") if k in info},
         "flags": sorted(research.cpu_flags() & FLAGS),
         "threads": torch.get_num_threads(),
-        "kernels": src.machine.kernels() if hasattr(src.machine, "kernels") else None,
+        "kernels": src.machine.kernels(),
         "torch": torch.__version__,
         "precision": "bf16" if bf16 else "fp32",
         "peak_gflops": research.matmul_gflops(peak_n, peak_n, peak_n, dtype),
@@ -219,7 +210,7 @@ def machine(src: SimpleNamespace, bf16: bool, peak_n: int) -> dict:
 def measure(args) -> list[dict]:
     """Every variant's row, with the machine, provenance and achieved/peak figures."""
     src = load_src(args.src)
-    common = {"bench": "epoch", **machine(src, chosen_precision(src, args.fp32), args.peak_n),
+    common = {"bench": "epoch", **machine(src, src.machine.choose(CPU, args.fp32, say=False)["precision"] == "bf16", args.peak_n),
               "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
               "commit": src.utils.provenance(CPU)["commit"], "src": str(args.src)}  # fmt: skip
     rows = []

@@ -72,9 +72,9 @@ def train_throughput(
     (machine.choose; fp32 as --fp32 trains). With `gflop` (handout_step_gflop) and `peak` (GFLOP/s) also its MFU:
     the handout's FLOPs of a step (full-width examples) over its time and that peak: past 100% where cropping
     skipped padding."""
-    bf16 = machine.choose(device, fp32, say=False)["precision"] == "bf16"
+    precision = machine.choose(device, fp32, say=False)["precision"]
     model = model_for(variant, ds.vocab_size, device)
-    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, bf16=bf16, compile=compile)
+    cfg = TrainerConfig(max_epochs=10**6, batch_size=batch, learning_rate=6e-3, precision=precision, compile=compile)
     warm = -(-len(ds) // batch) + 1 if compile else 2
     if path == "reference":
         model = course.course_copy(model)
@@ -101,7 +101,7 @@ def train_throughput(
     row = {
         "variant": variant,
         "impl": path,  # the results' key (bench/tables.py reads it)
-        "bf16": bf16 and path == "fast",
+        "bf16": precision == "bf16" and path == "fast",
         "compiled": compile,
         "steps": steps,
         "batch_size": batch,

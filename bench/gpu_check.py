@@ -15,6 +15,9 @@
    speed check and the dev accuracy; then a table beside the published figures.
 
 The tiny mode (2 + 1 epochs, 20 dev and test lines, 1-2 timed steps) rehearses it; rows only to --results.
+Without a GPU only the tiny mode runs. At --deadline_minutes every run, the speed check and the tests still going
+are stopped (run.py checkpoints) and the table printed. A flag out of its range or a path that cannot be used is
+refused in one line, exit code 2, before anything starts.
 """
 
 from __future__ import annotations
@@ -38,12 +41,16 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))  # research.py
 
 import bench_speed  # noqa: E402
+from bench_scaling import append_row, check_rows_file  # noqa: E402  (JSON-lines rows, each added whole)
 from research import LoggedEpochs, accuracy, machine_name, predictions_sidecar, tensorboard_prefix  # noqa: E402
 
 import attention  # noqa: E402
 import machine as machine_policy  # noqa: E402
+import utils  # noqa: E402
+from utils import UserError  # noqa: E402
 
 RUN_PY = str(ROOT / "src" / "run.py")
+DATA = ROOT / "data"
 VARIANT_FLAGS = {
     "vanilla": [],
     "perceiver": ["--bottleneck_dim", "64"],  # the 2023 handout's perceiver commands
@@ -56,6 +63,10 @@ HANDOUT_EPOCHS = 650
 AFTER_PRETRAIN_SECONDS = 45  # finetune (10 epochs) and two evaluations, as a margin for the plan
 RECITE_SECONDS = 60  # reader (recite 2,000 people, finetune 10 epochs) and two reciting evaluations
 DEV_PREDICTIONS = {"evaluate": "dev.predictions", "recite_dev": "recite_dev.predictions"}  # a protocol's dev answers
+DATA_FILES = ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv")  # in DATA
+MAX_DEADLINE_MINUTES = 7 * 24 * 60.0  # a week: the check takes minutes, and the system's waits overflow past weeks
+POLL_SECONDS = 2.0  # how often the runs are looked at
+KILL_AFTER = 60.0  # seconds past the deadline a run that has not stopped on SIGTERM is given
 
 
 class Slots:
@@ -126,6 +137,8 @@ class Run:
                 self.proc = subprocess.Popen(
                     [sys.executable, RUN_PY, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, env=env
                 )
+                if self.stopped:  # stop() came between the check above and the start: it saw no process
+                    self.proc.send_signal(signal.SIGTERM)
                 code = self.proc.wait()
             self.seconds[step] = round(time.time() - t0, 1)
             if code != 0:
@@ -153,6 +166,11 @@ class Run:
         self.stopped = why
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # run.py checkpoints and exits
+
+    def kill(self) -> None:
+        """End the command now: it did not stop on SIGTERM."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def accuracy(self, step: str = "evaluate") -> tuple[int, int] | None:
         """(correct, total) on dev, once evaluated (step "recite_dev": by the recite protocol)."""
@@ -182,10 +200,17 @@ def projected_end(run: Run, since: float) -> float | None:
 
 def supervise(runs: list[Run], deadline: float, tiny: bool) -> None:
     """Wait for every run; once their paces are known, stop the highest seed's runs while the rest would
-    finish past the deadline (the others then run faster)."""
+    finish past the deadline (the others then run faster); at the deadline, stop every run still going."""
     since, decided = time.time(), tiny  # the tiny rehearsal has nothing to plan
     while any(r.thread.is_alive() for r in runs):
-        time.sleep(2)
+        time.sleep(POLL_SECONDS)
+        if time.time() >= deadline:
+            for r in runs:
+                if r.thread.is_alive() and not r.stopped:
+                    r.stop("stopped at the deadline")
+                if time.time() >= deadline + KILL_AFTER:
+                    r.kill()
+            continue
         live = [r for r in runs if r.thread.is_alive() and not r.stopped]
         for r in live:
             r.observe()
@@ -211,11 +236,13 @@ class Results:
         self.path, self.info, self.tiny, self.tests = path, info, tiny, tests
         self.speed, self.gflop = speed, gflop  # the speed check's figures; the handout's GFLOP a step by variant
         self.lock = threading.Lock()
+        self.unwritten = 0  # rows a failed write lost (a full disk): said at once, and in the exit code
 
     def tests_passed(self) -> bool | None:
-        """True or False once tests/test_cuda.py has finished; None while it runs or if skipped."""
+        """True or False once tests/test_cuda.py has finished; None while it runs, if skipped or stopped at the
+        deadline."""
         code = None if self.tests is None else self.tests.poll()
-        return None if code is None else code == 0
+        return None if code in (None, -signal.SIGTERM) else code == 0
 
     def append(self, r: Run, protocol: str) -> None:
         """One row for run r's dev figure by `protocol` ("direct" or "recite")."""
@@ -245,8 +272,12 @@ class Results:
             row["place_in_recitation"] = r.found["recite_dev"].get("place_in_recitation")
             row["extra_minutes"] = round(sum(r.seconds[s] for s in ("reader", "recite_dev")) / 60, 2)
             row["reader_seconds"] = r.seconds["reader"]
-        with self.lock, open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        with self.lock:
+            try:
+                append_row(self.path, row)
+            except UserError as e:  # in a run's thread: said in one line, the other runs go on
+                self.unwritten += 1
+                print(f"error: {e}", file=sys.stderr, flush=True)
 
 
 def trainer_settings(sidecar: Path) -> dict:
@@ -272,16 +303,21 @@ def print_table(runs: list[Run]) -> None:
               f"| {f'{PUBLISHED[r.variant]:.1%}' if r.variant in PUBLISHED else '-'} | {ceiling} | {shown[1]} |", flush=True)  # fmt: skip
 
 
-def speed_check(workdir: Path, tiny: bool, device: torch.device) -> dict:
+def speed_check(workdir: Path, tiny: bool, device: torch.device, deadline: float) -> dict:
     """bench_speed.py's pretraining step for vanilla and rope, alone: {variant: {"reference", "eager",
-    "compiled": ms a step}, "handout_mfu": {...}, "peak_gflops", "compile_pays"}; {} if it failed (see speed.log)."""
+    "compiled": ms a step}, "handout_mfu": {...}, "peak_gflops", "compile_pays"}; {} if it failed (see speed.log)
+    or was stopped at the deadline."""
     steps = ["--ref_steps", "1", "--fast_steps", "2"] if tiny else ["--ref_steps", "10", "--fast_steps", "40"]
     argv = [sys.executable, str(ROOT / "bench" / "bench_speed.py"), "--parts", "train", "--variants", *SPEED_VARIANTS,
             "--compile", "--device", device.type, *steps, "--out", str(workdir / "speed.json"),
             "--jsonl", str(workdir / "speed.jsonl")]  # fmt: skip
     t0 = time.time()
-    with open(workdir / "speed.log", "w") as log:
-        code = subprocess.call(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with open(workdir / "speed.log", "w") as log:
+            code = subprocess.call(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=deadline - t0)
+    except subprocess.TimeoutExpired:  # call() has killed it
+        print(f"speed check ({time.time() - t0:.0f} s): stopped at the deadline", flush=True)
+        return {}
     if code != 0:
         print(f"speed check ({time.time() - t0:.0f} s): exit {code}; see {workdir / 'speed.log'}", flush=True)
         return {}
@@ -299,14 +335,17 @@ def speed_check(workdir: Path, tiny: bool, device: torch.device) -> dict:
     return speed
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The flags; a usage mistake is said in one line, exit code 2."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = lambda message: p.exit(2, f"{p.prog}: error: {message} (see --help)\n")  # one line, as run.py's
     p.add_argument("--variants", nargs="+", default=list(VARIANT_FLAGS), choices=list(VARIANT_FLAGS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0], help="the highest stopped first if they do not fit")
     p.add_argument("--deadline_minutes", type=float, default=8.5, help="when every run should be done")
-    p.add_argument("--workdir", type=Path, default=ROOT / "bench" / "runs" / "gpu_check")
-    p.add_argument("--results", type=Path, default=None, help="JSONL to append to (bench/results/gpu.jsonl)")
-    p.add_argument("--tiny", action="store_true", default=os.environ.get("GPU_CHECK_TINY") == "1")
+    p.add_argument("--workdir", default=str(ROOT / "bench" / "runs" / "gpu_check"))
+    p.add_argument("--results", default=None, help="JSONL to append to (bench/results/gpu.jsonl)")
+    p.add_argument("--tiny", action="store_true", default=os.environ.get("GPU_CHECK_TINY") == "1",
+                   help="a rehearsal in minutes, on any machine (GPU_CHECK_TINY=1 sets it)")  # fmt: skip
     p.add_argument("--skip_tests", action="store_true", help="do not run tests/test_cuda.py")
     p.add_argument("--skip_speed", action="store_true", help="no speed check (the peak is still measured)")
     p.add_argument("--compile", choices=["measured", "yes", "no"], default="measured",
@@ -315,38 +354,77 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no_recite", action="store_true", help="the direct protocol only (no reader)")
     args = p.parse_args(argv)
     if args.results is None and not args.tiny:
-        args.results = ROOT / "bench" / "results" / "gpu.jsonl"
-    start = time.time()
+        args.results = str(ROOT / "bench" / "results" / "gpu.jsonl")
+    return args
+
+
+def check(args: argparse.Namespace) -> None:
+    """A one-line UserError for the first problem of the flags, the paths or the machine, before anything starts."""
+    if os.environ.get("GPU_CHECK_TINY", "") not in ("", "0", "1"):
+        raise UserError(f"GPU_CHECK_TINY must be 1 (the tiny rehearsal) or 0, got {os.environ['GPU_CHECK_TINY']!r}")
+    if not 0 < args.deadline_minutes <= MAX_DEADLINE_MINUTES:  # NaN fails the comparison too
+        raise UserError(f"--deadline_minutes must be above 0 and at most {MAX_DEADLINE_MINUTES:g} (a week), "
+                        f"got {args.deadline_minutes}")  # fmt: skip
+    if bad := [s for s in args.seeds if not 0 <= s < 2**32]:
+        raise UserError(f"--seeds must be 0..{2**32 - 1}, as run.py's --seed, got {bad[0]}")
+    for flag in ("seeds", "variants"):  # a run's folder is named by its variant and seed
+        if len(set(getattr(args, flag))) < len(getattr(args, flag)):
+            raise UserError(f"--{flag} names a value twice: {' '.join(map(str, getattr(args, flag)))}")
+    utils.check_path_given(args.workdir, "--workdir")
+    utils.check_output_dir(args.workdir, "--workdir")
+    if args.results is not None:
+        utils.check_path_given(args.results, "--results")
+        check_rows_file(Path(args.results), "--results")
+    for name in DATA_FILES:
+        utils.check_input(DATA / name, "", " (run the data step: python data/get_data.py)")
+    if not args.tiny and not torch.cuda.is_available():
+        raise UserError("no CUDA GPU here: the handout's 650 epochs a run would take days on a CPU; "
+                        "rehearse with --tiny (or GPU_CHECK_TINY=1), minutes on any machine")  # fmt: skip
+
+
+def finish_tests(tests: subprocess.Popen, deadline: float) -> None:
+    """Wait for tests/test_cuda.py until the deadline, then stop it (its verdict: not finished)."""
+    try:
+        tests.wait(timeout=max(0.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        tests.terminate()
+        tests.wait()
+
+
+def run_check(args: argparse.Namespace, start: float) -> int:
+    """The speed check, the tests and the runs (the module's docstring), until done or the deadline; the table.
+    0 when every run finished or was stopped and the tests did not fail, else 1."""
     deadline = start + args.deadline_minutes * 60
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    workdir, results_path = Path(args.workdir), Path(args.results) if args.results else None
+    workdir.mkdir(parents=True, exist_ok=True)
     data = {"dev": "birth_dev.tsv", "test": "birth_test_inputs.tsv"}
     for key, name in data.items() if args.tiny else ():  # the first 20 lines
-        lines = (ROOT / "data" / name).read_text(encoding="utf-8").splitlines(keepends=True)[:20]
-        (args.workdir / f"{key}20.tsv").write_text("".join(lines), encoding="utf-8")
-        data[key] = str(args.workdir / f"{key}20.tsv")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        lines = (DATA / name).read_text(encoding="utf-8").splitlines(keepends=True)[:20]
+        (workdir / f"{key}20.tsv").write_text("".join(lines), encoding="utf-8")
+        data[key] = str(workdir / f"{key}20.tsv")
+    device = machine_policy.pick_device("auto")
     info = machine(device) | ({"precision": "fp32"} if args.fp32 else {})
     print(f"gpu_check on {info.get('gpu', info.get('cpu'))}, torch {info['torch']}, CUDA {info['cuda']}", flush=True)
-    speed = {} if args.skip_speed else speed_check(args.workdir, args.tiny, device)
+    speed = {} if args.skip_speed else speed_check(workdir, args.tiny, device, deadline)
     speed.setdefault("peak_gflops", bench_speed.peak_gflops(device, info["precision"] == "bf16"))
-    vocab_size = bench_speed.CharCorruptionDataset(bench_speed.read_text(ROOT / "data" / "wiki.txt"), 128).vocab_size
+    vocab_size = bench_speed.CharCorruptionDataset(bench_speed.read_text(DATA / "wiki.txt"), 128).vocab_size
     gflop = {v: bench_speed.handout_step_gflop(v, vocab_size, 128, device) for v in VARIANT_FLAGS}
     compiled = args.compile == "yes" or (args.compile == "measured" and speed.get("compile_pays", False))
     print(f"pretrainings {'with' if compiled else 'without'} --compile ({args.compile}); matmul peak "
           f"{speed['peak_gflops']:,.0f} GFLOP/s", flush=True)  # fmt: skip
     tests = None
     if not args.skip_tests:
-        with open(args.workdir / "test_cuda.log", "w") as log:  # the child keeps its own handle
+        with open(workdir / "test_cuda.log", "w") as log:  # the child keeps its own handle
             tests = subprocess.Popen(
                 [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_cuda.py"],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
-    results = Results(args.results, info, args.tiny, tests, speed, gflop)
+    results = Results(results_path, info, args.tiny, tests, speed, gflop)
     pairs = [(v, s) for s in args.seeds for v in args.variants]
     slots = Slots(len(pairs))
     recite_until = None if args.no_recite else deadline - RECITE_SECONDS
     flags = ["--fp32"] if args.fp32 else []
-    runs = [Run(v, s, args.workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append, recite_until, flags,
+    runs = [Run(v, s, workdir / f"{v}_seed{s}", args.tiny, data, slots, results.append, recite_until, flags,
                 ["--compile"] * compiled) for v, s in pairs]  # fmt: skip
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `timeout` around this script: report what finished
     try:
@@ -354,20 +432,37 @@ def main(argv: list[str] | None = None) -> int:
             r.thread.start()
         supervise(runs, deadline, args.tiny)
         if tests is not None:
-            tests.wait()
+            finish_tests(tests, deadline)
     except KeyboardInterrupt:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the report short
         print("interrupted: stopping the runs still going", flush=True)
         for r in runs:
             r.stop("stopped: the script was interrupted")
+        if tests is not None and tests.poll() is None:
+            tests.terminate()
     passed = results.tests_passed()
     if tests is not None:
-        summary = (args.workdir / "test_cuda.log").read_text(errors="replace").strip().splitlines()
+        summary = (workdir / "test_cuda.log").read_text(errors="replace").strip().splitlines()
         verdict = {True: "passed", False: "FAILED", None: "not finished"}[passed]
         print(f"tests/test_cuda.py: {verdict} ({summary[-1] if summary else ''})")
     print_table(runs)
-    print(f"\nwall clock {(time.time() - start) / 60:.1f} min; rows appended to {args.results}")
-    return 0 if all(r.accuracy() or r.stopped for r in runs) and passed is not False else 1
+    print(f"\nwall clock {(time.time() - start) / 60:.1f} min; rows appended to {results_path}")
+    finished = all(r.accuracy() or r.stopped for r in runs) and passed is not False
+    return 0 if finished and not results.unwritten else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """run_check's exit code; 2 after a one-line error, before anything starts."""
+    start = time.time()
+    try:
+        args = parse(argv)
+        check(args)
+    except SystemExit as e:  # --help, or a usage mistake said in one line
+        return int(e.code or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return run_check(args, start)
 
 
 if __name__ == "__main__":

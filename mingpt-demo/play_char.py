@@ -185,7 +185,7 @@ def train(model: GPT, train_set: CharDataset, cfg: DemoConfig, device: torch.dev
         warmup_tokens=cfg.warmup_iters * tokens_per_iter,
         final_tokens=cfg.max_iters * tokens_per_iter,
         cosine_cap=True,
-        bf16=choose(device, cfg.fp32, say=False)["precision"] == "bf16",
+        precision=choose(device, cfg.fp32, say=False)["precision"],
         seed=cfg.seed,
     )
 

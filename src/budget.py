@@ -8,6 +8,7 @@ doing so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from machine import ThreadChooser
-from trainer import Trainer, TrainerConfig, TrainState, lr_multiplier
+from trainer import Trainer, TrainerConfig, TrainState, learning_rate
 from utils import plural
 
 # The plan fills this share of the budget: the last epochs can run a little slower than the ones
@@ -134,7 +135,7 @@ class Pace:
         line += f"; the {budget / 60:g}-minute budget holds about {held:.0f} of {s.max_epochs}"
         tokens = s.tokens / s.epoch * held  # every epoch counts the same tokens
         progress = min(1.0, (tokens - cfg.warmup_tokens) / max(1, s.final_tokens - cfg.warmup_tokens))
-        rate = lr_multiplier(tokens, cfg.warmup_tokens, s.final_tokens, cfg.cosine_cap)
+        rate = learning_rate(cfg, dataclasses.replace(s, tokens=tokens)) / cfg.learning_rate
         return line + f", where the planned cosine is {progress:.0%} done and the rate {rate:.2f} of its peak"
 
 
@@ -145,5 +146,14 @@ def attach(trainer: Trainer, budget_seconds: float | None, fit: bool, threads: i
     for event in ("on_batch_end", "on_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(pace, event))
     if pace.fit and trainer.device.type == "cpu" and torch.get_num_threads() > 1 and not threads:
-        pace.threads = ThreadChooser(torch.get_num_threads()).attach(trainer)
+        pace.threads = chooser = ThreadChooser(started := torch.get_num_threads())
+
+        def after_step(s: TrainState) -> None:  # its training ends on the count it started with
+            line = chooser.after_step(s.step_seconds, s.step_positions, s.seconds)
+            trainer.log("train/threads", torch.get_num_threads(), s.step)
+            if line:
+                tqdm.write(line)
+
+        trainer.add_callback("on_batch_end", after_step)
+        trainer.add_callback("on_train_end", lambda s: torch.set_num_threads(started))
     return pace

@@ -1,5 +1,5 @@
-"""From the command line's flags to the model and trainer configs: the presets (recipes),
-their resolution, the TrainerConfig of a phase and the GPT a command builds."""
+"""From the command line's flags to a command's settings: the presets (recipes), their resolution and checks, run.sh's
+plan and the GPT a command builds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from dataset import ORDERS, question_problem
 from model import GPT, VARIANTS, GPTConfig
 from params import MODEL_SIZES, stored_sizes
 from recite import ANSWER_ROOM, RECITE_CHARS, default_recite_chars
-from trainer import TrainerConfig
 from utils import (
     UserError,
     check_input,
@@ -146,8 +145,7 @@ class RunConfig:
     ckpt_every: int = flag(100, "optimizer steps between checkpoints (0: at the end)", RUN, TRAIN, type=int,
                            at_least=0)  # fmt: skip
     device: str = flag("auto", "where to run (auto: cuda if there is one)", RUN, choices=["auto", "cpu", "cuda"])
-    fp32: bool = flag(False, "train in fp32 even where bf16 is measured faster (all commands take it, so that "
-                      "run.sh's EXTRA_FLAGS may)", SPEED, action="store_true")  # fmt: skip
+    fp32: bool = flag(False, "train in fp32 even where bf16 is measured faster", SPEED, TRAIN, action="store_true")
     micro_batch: int | None = flag(None, "rows per length-grouped micro-batch of the handout's file order (0: whole "
                                    "batches; unset: measured)", SPEED, TRAIN, type=int, at_least=0)  # fmt: skip
     compile: bool = flag(False, "compile the model whole, every batch padded to the block (on CUDA: captured in "
@@ -255,28 +253,6 @@ def plan_run(
     pretrain = max(60, (total - sum(seconds.values())) / len(variants))
     minutes = {step: (pretrain if step.endswith("_pretrain") else s) / 60 for step, s in seconds.items()}
     return RunPlan(minutes, epochs | {f"{v}_reader": reader_epochs for v in variants})
-
-
-def trainer_config(
-    args: RunConfig, pretrain_len: int, train_len: int, example_length: int, machine: dict
-) -> TrainerConfig:
-    """The loop's settings for this command (see resolve) on a machine that chose `machine` (machine.choose: its
-    precision and micro-batch rows). pretrain_len: documents in the pretraining corpus; train_len: examples per epoch of
-    the data trained on now; example_length: positions per example of that data, as the trainer counts tokens."""
-    if args.schedule == "run":  # the cosine spans exactly this run's epochs (planned to the budget)
-        final_tokens = args.max_epochs * train_len * example_length
-    else:  # the handout's: final_tokens fixed by the pretraining corpus, the cosine uncapped
-        final_tokens = 200 * pretrain_len * BLOCK_SIZE
-    same = ("max_epochs", "batch_size", "max_steps", "order", "decay", "optimizer", "seed", "ckpt_every", "compile")
-    return TrainerConfig(
-        **{name: getattr(args, name) for name in same},  # the settings of the same name
-        learning_rate=args.pretrain_lr if args.function == "pretrain" else args.finetune_lr,
-        final_tokens=final_tokens,
-        cosine_cap=args.schedule == "run",
-        micro_batch=machine["micro_batch"] if args.order == "file" else 0,  # a bucketed batch is cropped whole
-        bf16=machine["precision"] == "bf16",
-        ckpt_path=f"{args.writing_params_path}.ckpt",
-    )
 
 
 def time_budget(args: RunConfig) -> tuple[float | None, bool]:

@@ -11,6 +11,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -257,6 +258,24 @@ class NameDataset(BatchedDataset):
 
     def epoch_examples(self, order: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         return self.ids[order], self.targets[order], self.real_len[order]
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, size: int) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
+    """(x, y, share of the targets) parts of a batch x, y (B, T): all of it (size 0, or at least B), or its rows in
+    groups of `size` by where their targets end, each group cropped there (utils.crop_width): for a loss that is a
+    mean over the targets that are not PAD (0), as GPT's is, from a causal model, the shares weigh the parts' losses
+    into the whole batch's."""
+    if not size or size >= len(x):
+        return [(x, y, 1.0)]
+    targets = y != 0  # (B, T)
+    ends = torch.where(targets.any(1), y.size(1) - targets.flip(1).int().argmax(1), 0)  # (B,) last target + 1
+    parts, total = [], targets.sum()
+    for rows in torch.argsort(ends, stable=True).split(size):
+        width = crop_width(int(ends[rows].max()), y.size(1))
+        count = targets[rows, :width].sum()
+        if count:  # a part without targets adds nothing (and its mean loss would be NaN)
+            parts.append((x[rows, :width], y[rows, :width], count / total))
+    return parts
 
 
 # How an epoch's examples are ordered into batches ("shuffled", random batches, lost to bucketing: bench/RESEARCH.md 2):

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:  # trainer imports this module
-    from trainer import TrainerConfig
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -121,41 +117,51 @@ class MuonAdamW:
         self.adamw.load_state_dict(state["adamw"])
 
 
-def make_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW | MuonAdamW:
-    """AdamW, the handout's optimizer (config.optimizer "adamw"), or Muon for the hidden layers'
-    matmul weights and that AdamW for the rest ("muon"); weight decay as config.decay says.
+def make_optimizer(
+    model: torch.nn.Module,
+    optimizer: str,
+    decay: str,
+    learning_rate: float,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = (0.9, 0.95),
+    precision: str = "fp32",
+) -> torch.optim.AdamW | MuonAdamW:
+    """AdamW, the handout's `optimizer` ("adamw"), or Muon for the hidden layers' matmul weights and that AdamW for
+    the rest ("muon"), with peak rate `learning_rate`; which weights decay `decay` says, training computes in `precision`.
 
-    The decay rule (config.decay "matmul"): the weight of every nn.Linear decays; biases, LayerNorm parameters, the
-    token embedding table, the position table and the perceiver's learned basis do not (they are looked up or added, not
-    multiplied, so shrinking them towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon
-    takes every nn.Linear weight except the output layer `head`, which, like the embeddings, stays with AdamW as Muon's
-    authors advise. Frozen parameters (requires_grad False) are in neither.
+    The decay rule ("matmul"): the weight of every nn.Linear decays; biases, LayerNorm parameters, the token embedding
+    table, the position table and the perceiver's learned basis do not (they are looked up or added, not multiplied,
+    so shrinking them towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes every
+    nn.Linear weight except the output layer `head`, which, like the embeddings, stays with AdamW as Muon's authors
+    advise. Frozen parameters (requires_grad False) are in neither.
     """
     linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are
-    if config.decay == "matmul":
-        decay = linear
-    elif config.decay == "all_but_biases":
-        decay = {n for n in params if not n.endswith("bias")}
+    if decay == "matmul":
+        decayed = linear
+    elif decay == "all_but_biases":
+        decayed = {n for n in params if not n.endswith("bias")}
     else:
-        raise ValueError(f"unknown decay {config.decay!r}")
-    hidden = {n for n in linear if not n.startswith("head.")} if config.optimizer == "muon" else set()
+        raise ValueError(f"unknown decay {decay!r}")
+    if optimizer not in ("adamw", "muon"):
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    hidden = {n for n in linear if not n.startswith("head.")} if optimizer == "muon" else set()
     groups = [
-        {"params": [p for n, p in params.items() if n in decay - hidden], "weight_decay": config.weight_decay},
-        {"params": [p for n, p in params.items() if n not in decay], "weight_decay": 0.0},
+        {"params": [p for n, p in params.items() if n in decayed - hidden], "weight_decay": weight_decay},
+        {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0},
     ]
     # The fused kernel does the same update in one pass, several times faster than PyTorch's default
     # (which the handout's trainer uses: bench/course.py).
     fused = all(p.device.type in ("cpu", "cuda") for p in params.values())
-    adamw = torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas, fused=fused or None)
-    if config.optimizer not in ("adamw", "muon"):
-        raise ValueError(f"unknown optimizer {config.optimizer!r}")
+    adamw = torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused or None)
     matrices = [p for n, p in params.items() if n in hidden]
     if not matrices:  # "adamw" (hidden is empty), or every hidden matrix frozen: AdamW alone
         return adamw
-    # bf16 where training computes in bf16 (machine.choose measured it faster), as the forward pass does.
-    ns_dtype = torch.bfloat16 if config.bf16 else torch.float32
-    # In fp32 on a CPU one eigendecomposition beats five rounds of matmuls; GPUs keep the iteration.
-    spectral = not config.bf16 and matrices[0].device.type == "cpu"
-    muon = Muon(matrices, config.learning_rate, config.weight_decay, ns_dtype=ns_dtype, spectral=spectral)
+    # In bf16 where training computes in bf16 (measured faster), as the forward pass does; in fp32 on a CPU one
+    # eigendecomposition beats five rounds of matmuls, and GPUs keep the iteration.
+    bf16 = precision == "bf16"
+    spectral = not bf16 and matrices[0].device.type == "cpu"
+    muon = Muon(
+        matrices, learning_rate, weight_decay, ns_dtype=torch.bfloat16 if bf16 else torch.float32, spectral=spectral
+    )
     return MuonAdamW(muon, adamw)

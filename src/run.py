@@ -51,9 +51,9 @@ from config import (
     build_model,
     check_args,
     preset_value,
+    problems,
     resolve,
     time_budget,
-    trainer_config,
 )
 from dataset import CharCorruptionDataset, NameDataset, read_text
 from logs import tensorboard_run
@@ -105,19 +105,46 @@ def refuse_overwriting_inputs(args: RunConfig) -> None:
 # Modes
 
 
-def load_checkpoint_for_resume(config: RunConfig, ckpt_path: Path, data_sha256: dict[str, str]) -> dict:
-    """The checkpoint to resume (its SHA-256 checked by torch_load_safe), after checking that it was made
-    with this config's RESUME_MUST_MATCH settings on these data files (path -> SHA-256)."""
-    ckpt = torch_load_safe(ckpt_path, "--resume: the checkpoint")
-    saved = ckpt.get("extra", {}).get("config") if isinstance(ckpt, dict) and "state" in ckpt else None
-    if not isinstance(saved, dict):
-        raise UserError(f"{ckpt_path}: not a checkpoint written by this version of run.py")
-    changed = [f"with --{k} {saved.get(k)!r}, this command has {getattr(config, k)!r}" for k in RESUME_MUST_MATCH
-               if saved.get(k) != getattr(config, k)]  # fmt: skip
-    changed += [f"on another {path}: its contents have changed since" for path, sha in data_sha256.items()
-                if ckpt["extra"].get("data_sha256", {}).get(path) != sha]  # fmt: skip
+# The loop's settings that are run.py's flags of the same name.
+TRAINER_SETTINGS = (
+    "max_epochs",
+    "batch_size",
+    "max_steps",
+    "order",
+    "decay",
+    "optimizer",
+    "seed",
+    "ckpt_every",
+    "compile",
+)
+
+
+def checkpoint_to_resume(args: RunConfig, made_with: dict) -> dict | None:
+    """With --resume, the checkpoint <writing_params_path>.ckpt (its SHA-256 checked by torch_load_safe), once its
+    run matches this one (made_with: what this run's checkpoints record): the RESUME_MUST_MATCH settings, the data
+    files' and the starting params' SHA-256. Without, None (and a warning when a fresh run will replace one)."""
+    path = Path(f"{args.writing_params_path}.ckpt")
+    if not args.resume:
+        if path.exists():
+            print(f"warning: {path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)")
+        return None
+    ckpt = torch_load_safe(path, "--resume: the checkpoint")
+    extra = ckpt.get("extra") if isinstance(ckpt, dict) else None
+    if not (isinstance(extra, dict) and isinstance(extra.get("config"), dict) and isinstance(ckpt.get("state"), dict)):
+        raise UserError(f"{path}: not a checkpoint written by this version of run.py")
+    saved = extra["config"]
+    changed = [
+        f"with --{k} {saved.get(k)!r}, this command has {getattr(args, k)!r}"
+        for k in RESUME_MUST_MATCH
+        if saved.get(k) != getattr(args, k)
+    ]
+    hashes = extra.get("data_sha256") if isinstance(extra.get("data_sha256"), dict) else {}
+    changed += [f"on another {p}: its contents have changed since" for p, sha in made_with["data_sha256"].items()
+                if hashes.get(p) != sha]  # fmt: skip
+    if extra.get("parent_sha256") != made_with["parent_sha256"]:
+        changed.append(f"from other params than {args.reading_params_path} holds now")
     if changed:
-        raise UserError(f"--resume: {ckpt_path} was made {changed[0]}")
+        raise UserError(f"--resume: {path} was made {changed[0]}")
     return ckpt
 
 
@@ -127,42 +154,59 @@ def train(
 ) -> dict:  # fmt: skip
     """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path.
     Returns the run's record (steps, epochs, seconds, final loss) as its sidecar holds it."""
-    parent = {}  # the params it starts from, checked even when resuming
+    parent = None  # the SHA-256 of the params it starts from, checked even when resuming
     if args.reading_params_path is not None:
-        parent["parent_sha256"] = load_params(model, corpus.vocab, args.reading_params_path)
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())  # a checkpoint is under 3x this
-    ckpt_path = Path(f"{args.writing_params_path}.ckpt")
-    replaced = sum(os.path.getsize(p) for p in (ckpt_path, args.writing_params_path) if os.path.isfile(p))
-    check_free_space(ckpt_path, 7 * weights - replaced, "two checkpoints (one replacing the other), params")
-    chosen = machine.choose(device, args.fp32, args.micro_batch)
+        parent = load_params(model, corpus.vocab, args.reading_params_path)
+    check_room(args, model)
     dataset, extra = training_data(args, corpus, model, device)
-    cfg = trainer_config(args, len(corpus), len(dataset), dataset.example_length, chosen)
-    chosen["micro_batch"] = cfg.micro_batch  # the sidecar records what the order uses
+    # the handout's file order in micro-batches where measured cheap; a bucketed batch is cropped whole
+    chosen = machine.choose(device, args.fp32, args.micro_batch if args.order == "file" else 0)
+    cfg = TrainerConfig(
+        **{name: getattr(args, name) for name in TRAINER_SETTINGS},
+        learning_rate=args.pretrain_lr if args.function == "pretrain" else args.finetune_lr,
+        # "run": the cosine spans this run's epochs (a budget's plan moves them); the handout's: 200 passes over the
+        # pretraining corpus, the cosine going on past them
+        final_tokens=args.max_epochs * len(dataset) * dataset.example_length
+        if args.schedule == "run"
+        else 200 * len(corpus) * BLOCK_SIZE,
+        cosine_cap=args.schedule == "run",
+        micro_batch=chosen["micro_batch"],
+        precision=chosen["precision"],
+        ckpt_path=f"{args.writing_params_path}.ckpt",
+    )
     data = {str(path): file_sha256(path) for path in data_files(args).values()}
-    ckpt = load_checkpoint_for_resume(args, ckpt_path, data) if args.resume else None
-    if ckpt is None and ckpt_path.exists():
-        print(
-            f"warning: {ckpt_path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)"
-        )
+    made_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos), "data_sha256": data,
+                 "parent_sha256": parent}  # fmt: skip
+    ckpt = checkpoint_to_resume(args, made_with)
     budget_seconds, fit = time_budget(args)
     announce(args, cfg, len(dataset), device, fit)
-    saved_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos), "data_sha256": data}
-    trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar, extra=saved_with)
+    trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar, extra=made_with)
     pace = budget.attach(trainer, budget_seconds, fit, args.threads)
     if ckpt is not None:
-        trainer.resume(ckpt)
-        print(f"resuming from {ckpt_path}: step {trainer.state.step}, epoch {trainer.state.epoch + 1}")
+        try:
+            trainer.resume(ckpt)
+        except ValueError as e:
+            raise UserError(f"{cfg.ckpt_path}: not a checkpoint of this run ({e}); delete it to start afresh") from None
+        print(f"resuming from {cfg.ckpt_path}: step {trainer.state.step}, epoch {trainer.state.epoch + 1}")
     t0 = time.time()
     with stop_on_signals(trainer):
         trainer.train()
     seconds = time.time() - t0
-    made = {"command": command, "data_sha256": data, **parent, **provenance(device), "speed": chosen}
+    made = {"command": command, **made_with, **provenance(device), "speed": chosen}
     done = run_record(trainer, pace)
-    record = {"config": asdict(args), **made, **done, **extra}
-    save_params(model, corpus.vocab, args.writing_params_path, record)
+    save_params(model, corpus.vocab, args.writing_params_path, {**made, **done, **extra})
     print(f"trained {trainer.state.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
-          end_of_run(trainer, ckpt_path))  # fmt: skip
+          end_of_run(trainer, Path(cfg.ckpt_path)))  # fmt: skip
     return done
+
+
+def check_room(args: RunConfig, model: GPT) -> None:
+    """A UserError, before any work, when the disk cannot hold what training writes: two checkpoints (one replacing
+    the other) of under 3 times the weights each, then the params."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    ckpt_path = Path(f"{args.writing_params_path}.ckpt")
+    replaced = sum(os.path.getsize(p) for p in (ckpt_path, args.writing_params_path) if os.path.isfile(p))
+    check_free_space(ckpt_path, 7 * weights - replaced, "two checkpoints (one replacing the other), params")
 
 
 def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
@@ -309,19 +353,79 @@ def preset_defaults(field: dataclasses.Field, command: str) -> str:
     return " (" + "; ".join(f"{preset}: {text}" for preset, text in said.items()) + ")"
 
 
-def extra_flags_problem(words: list[str]) -> str | None:
-    """What is wrong with run.sh's EXTRA_FLAGS, which it gives to each of its run.py commands: a flag one of them
-    refuses, or one that sets the seed or the preset (run.sh's SEED and PRESET do), however abbreviated."""
-    for command in ("pretrain", "finetune", "evaluate"):
-        with contextlib.redirect_stderr(said := io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+# What run.sh sets for each step itself, so that EXTRA_FLAGS may not (nor any file a step reads or writes).
+RUN_SH_SETS = {
+    "seed": "set SEED instead, e.g. SEED=5",
+    "preset": "set PRESET instead",
+    "max_epochs": "set PRETRAIN_EPOCHS, FINETUNE_EPOCHS or NOPRETRAIN_EPOCHS instead",
+    "budget_minutes": "run.sh plans the budgets to TOTAL_MINUTES",
+    "recite": "run.sh runs both protocols",
+}
+STAND_INS = {"pretrain": ["--writing_params_path", "/nonexistent/step.params"],
+             "finetune": ["--writing_params_path", "/nonexistent/step.params", "--finetune_corpus_path", "x.tsv"],
+             "evaluate": ["--reading_params_path", "/nonexistent/step.params", "--eval_corpus_path", "x.tsv",
+                          "--outputs_path", "/nonexistent/step.predictions"]}  # fmt: skip
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str, list[str]]:
+    """run.sh's EXTRA_FLAGS as each of its commands takes them: {command: the flags, with their values, it takes}.
+    A UserError names a flag no command takes, one run.sh sets itself (RUN_SH_SETS, or a file of a step), or a
+    value a command's rules refuse (config.problems, with run.sh's paths stood in, on every variant it runs)."""
+    groups: list[list[str]] = []  # a flag and its values
+    for word in words:
+        if groups and not word.startswith("--") and word != "-h":
+            groups[-1].append(word)
+        else:
+            groups.append([word])
+    taken: dict[str, list[str]] = {command: [] for command in STAND_INS}
+    for group in groups:
+        errors = []
+        for command in taken:
+            with contextlib.redirect_stderr(said := io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    typed = vars(make_parser(command).parse_intermixed_args(["vanilla", "x.txt", *group]))
+                except SystemExit:  # a usage mistake, said on stderr, or --help, printed on stdout
+                    errors.append(
+                        said.getvalue().strip().removesuffix(" (see --help)") or "-h or --help would print help instead"
+                    )
+                    continue
+            given = [k for k, v in typed.items() if v is not None and k not in ("variant", "pretrain_corpus_path")]
+            files = [k for k in given if FIELDS[k].metadata["kind"] in ("input", "data", "output", "output_dir")]
+            if why := next(
+                (RUN_SH_SETS[k] for k in given if k in RUN_SH_SETS), files and "run.sh names each step's files"
+            ):
+                raise UserError(f"EXTRA_FLAGS must not set --{given[0]} ({shlex.join(group)}): {why}")
+            taken[command] += group
+        if len(errors) == len(taken):  # no command takes it: say why the one that knows the flag refuses it
+            raise UserError(f"EXTRA_FLAGS {shlex.join(group)}: " + min(errors, key=lambda e: "unrecognized" in e))
+    for command, group in taken.items():
+        for variant in variants if group else []:
+            sizes = ["--bottleneck_dim", "64"] if variant == "perceiver" else []  # run.sh's m
+            argv = [variant, "x.txt", "--preset", preset, *sizes, *STAND_INS[command], *group]
+            args = resolve({"function": command, **vars(make_parser(command).parse_intermixed_args(argv))})
             try:
-                typed = vars(make_parser(command).parse_intermixed_args(["vanilla", "wiki.txt", *words]))
-            except SystemExit:  # a usage mistake, said on stderr, or --help, printed on stdout
-                why = said.getvalue().strip().removesuffix(" (see --help)") or "-h or --help would print help instead"
-                return f"EXTRA_FLAGS goes to every step, and {why}"
-        if name := next((n for n in ("seed", "preset") if typed[n] is not None), None):
-            return f"EXTRA_FLAGS must not set the {name} ({shlex.join(words)}); set {name.upper()} instead"
-    return None
+                problem = next(problems(args), None)
+                machine.pick_device(args.device)
+            except UserError as e:
+                problem = str(e)
+            if problem:
+                raise UserError(f"EXTRA_FLAGS {shlex.join(group)}: {problem}")
+    return taken
+
+
+def print_extra_flags(argv: list[str]) -> int:
+    """run.sh's check of EXTRA_FLAGS (argv: PRESET, VARIANTS, then its words): prints the flags each command takes,
+    a line each in STAND_INS' order, and returns 0; or says what is wrong in one line and returns 2."""
+    try:
+        taken = extra_flags(argv[2:], argv[0], argv[1].split())
+    except UserError as e:
+        print(f"run.sh: {e}", file=sys.stderr)
+        return 2
+    print(*(" ".join(words) for words in taken.values()), sep="\n")
+    return 0
 
 
 def resolved_config(argv: list[str]) -> RunConfig:
@@ -332,9 +436,9 @@ def resolved_config(argv: list[str]) -> RunConfig:
     return resolve({"function": argv[0], **vars(typed)})
 
 
-def run(args: RunConfig, command: str = "") -> None:
-    """Do what the resolved command says (UserError for a mistake, TrainingInterrupted after a signal);
-    `command` is the command line, as the params' sidecar records it."""
+def prepare(args: RunConfig) -> tuple[CharCorruptionDataset, GPT, torch.device]:
+    """After the checks that need no work: seed, device and threads, then the corpus (the vocabulary) and the model
+    a resolved command works with; prints the settings of a logged command."""
     refuse_overwriting_inputs(args)
     seed_everything(args.seed)
     device = machine.pick_device(args.device)
@@ -342,17 +446,11 @@ def run(args: RunConfig, command: str = "") -> None:
         torch.set_num_threads(args.threads)
     corpus_path = locate_data(args.pretrain_corpus_path)
     corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
-    model = build_model(args, corpus.vocab_size)
-    if args.function == "ask":
-        return ask(args, corpus, model, device)  # prints only: no TensorBoard run
-    used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
-    shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
-    print("settings: " + ", ".join(shown))
-    with tensorboard_run(args) as (writer, found):
-        if args.function == "evaluate":
-            found |= evaluate(args, corpus, model, device, writer)
-        else:
-            found |= train(args, corpus, model, device, writer, command)
+    if args.function != "ask":  # ask prints only its answer
+        used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
+        shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
+        print("settings: " + ", ".join(shown))
+    return corpus, build_model(args, corpus.vocab_size), device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,9 +460,17 @@ def main(argv: list[str] | None = None) -> int:
     for stop in STOP_SIGNALS:  # from here Ctrl-C, a kill and a closed terminal are each a KeyboardInterrupt
         signal.signal(stop, signal.default_int_handler)
     try:
-        config = resolved_config(argv)
-        check_args(config)  # a bad value is a UserError
-        run(config, command)
+        args = resolved_config(argv)
+        check_args(args)  # a bad value is a UserError
+        corpus, model, device = prepare(args)
+        if args.function == "ask":
+            ask(args, corpus, model, device)  # prints only: no TensorBoard run
+        else:
+            with tensorboard_run(args) as (writer, found):
+                if args.function == "evaluate":
+                    found |= evaluate(args, corpus, model, device, writer)
+                else:
+                    found |= train(args, corpus, model, device, writer, command)
     except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
         return int(e.code or 0)
     except (UserError, FloatingPointError) as e:  # the trainer's FloatingPointError: every later step would diverge too

@@ -10,16 +10,16 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from machine import autocast
+from dataset import micro_batches
+from machine import autocast, on_device
 from optim import make_optimizer
-from utils import crop_width, rng_states, set_rng_states, torch_save_atomic
+from utils import rng_states, set_rng_states, torch_save_atomic
 
 # Losses are read from the device every this many steps: reading one waits for the step to finish.
 LOSS_EVERY = 16
@@ -41,10 +41,10 @@ class TrainerConfig:
     optimizer: str = "adamw"  # or "muon" for the hidden layers' weight matrices (optim.make_optimizer)
     decay: str = "matmul"  # which weights decay: nn.Linear's, or the handout's "all_but_biases" (optim.py)
     warmup_tokens: float = 512 * 20
-    final_tokens: float = 260e9  # where the cosine ends (a time budget's plan may move it: TrainState)
-    cosine_cap: bool = False  # see lr_multiplier
+    final_tokens: float = 260e9  # where the cosine ends, as planned at the start (see learning_rate)
+    cosine_cap: bool = False  # see learning_rate
     max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
-    bf16: bool = False  # bf16 autocast (machine.choose decides; Muon's iteration in bf16 then)
+    precision: str = "fp32"  # or "bf16": autocast, and Muon's iteration (machine.choose decides)
     order: str = "bucketed"  # one of dataset.ORDERS
     seed: int = 0
     ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
@@ -77,30 +77,22 @@ class TrainState:
     stop: bool = False
 
 
-def lr_multiplier(tokens: float, warmup_tokens: float, final_tokens: float, cap: bool = False) -> float:
-    """Linear warm-up, then cosine decay to a floor of 0.1. With cap=False this is the handout's schedule:
-    the cosine goes on past final_tokens, so the rate climbs back to the peak at 2 * final_tokens (about
-    epoch 400 of the handout's 650) and falls again. cap=True holds the floor."""
-    if tokens < warmup_tokens:
-        return tokens / max(1, warmup_tokens)
-    progress = (tokens - warmup_tokens) / max(1, final_tokens - warmup_tokens)
-    if cap:
+def learning_rate(config: TrainerConfig, s: TrainState) -> float:
+    """The rate after s.tokens tokens, nanoGPT's get_lr in the handout's units: a linear warm-up, then a cosine from
+    the peak to a floor of a tenth at s.final_tokens (the plan: a time budget moves it, budget.py). With
+    config.cosine_cap the floor holds past it; the handout's cosine goes on, so the rate climbs back to the peak at
+    twice final_tokens (about epoch 400 of its 650) and falls again."""
+    if s.tokens < config.warmup_tokens:
+        return config.learning_rate * s.tokens / max(1, config.warmup_tokens)
+    progress = (s.tokens - config.warmup_tokens) / max(1, s.final_tokens - config.warmup_tokens)
+    if config.cosine_cap:
         progress = min(progress, 1.0)
-    return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return config.learning_rate * max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def epoch_line_due(epoch: int, max_epochs: int) -> bool:
     """Whether epoch (1-based) gets a line: the first, the last and each that completes a tenth of the run."""
     return epoch <= 1 or epoch >= max_epochs or epoch * 10 // max_epochs > (epoch - 1) * 10 // max_epochs
-
-
-def on_device(batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """The (x, y) batches copied to `device` in one transfer (pinned on CUDA, not waited for): one copy
-    an epoch instead of two a step. Returns views of the copy, in the same shapes."""
-    flat = torch.cat([t.reshape(-1) for pair in batches for t in pair])
-    flat = flat.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else flat.to(device)
-    parts = iter(flat.split([t.numel() for pair in batches for t in pair]))
-    return [(next(parts).view(x.shape), next(parts).view(y.shape)) for x, y in batches]
 
 
 class TrainingInterrupted(Exception):
@@ -109,8 +101,8 @@ class TrainingInterrupted(Exception):
 
 class Trainer:
     """Trains `model` with `config` on `train_dataset`, which batches itself: `epoch_batches(batch_size, rng, order)`
-    yields (x, y) (B, T). `log(name, value, step)` takes scalars (a TensorBoard writer's add_scalar). Callbacks take the
-    TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the run) and
+    yields (x, y) (B, T), and counts `example_length` tokens an example. `log(name, value, step)` takes scalars (a
+    TensorBoard writer's add_scalar). Callbacks take the TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the run) and
     "on_train_end". The state and `extra` are checkpointed atomically to `config.ckpt_path` every `ckpt_every` steps
     and at the end; `resume(ckpt)` ends an interrupted run as an uninterrupted one would. A non-finite loss raises
     FloatingPointError before anything is saved."""
@@ -121,7 +113,8 @@ class Trainer:
         self.train_dataset, self.config, self.device = train_dataset, config, device
         self.log = log or (lambda name, value, step: None)
         self.extra = extra or {}  # e.g. the resolved settings and vocabulary
-        self.optimizer = make_optimizer(model, config)
+        settings = ("optimizer", "decay", "learning_rate", "weight_decay", "betas", "precision")
+        self.optimizer = make_optimizer(model, **{name: getattr(config, name) for name in settings})
         self.callbacks: dict[str, list[Callable[[TrainState], None]]] = defaultdict(list)
         batches = math.ceil(len(train_dataset) / config.batch_size)
         self.state = TrainState(config.max_epochs, config.final_tokens, batches, config.learning_rate)
@@ -156,7 +149,10 @@ class Trainer:
                     now = self.clock()
                     s.step, s.batch_in_epoch, s.step_seconds, tick = s.step + 1, s.batch_in_epoch + 1, now - tick, now
                     s.seconds += s.step_seconds
-                    s.lr = self.schedule(x.size(0) * (getattr(self.train_dataset, "example_length", 0) or y.size(1)))
+                    s.tokens += x.size(0) * self.train_dataset.example_length  # every position, as the handout
+                    s.lr = learning_rate(self.config, s)  # after the step, as the handout sets it
+                    for group in self.optimizer.param_groups:
+                        group["lr"] = s.lr
                     self.log("train/lr", s.lr, s.step)
                     self.log("train/tokens_seen", s.tokens, s.step)
                     if s.step % LOSS_EVERY == 0:
@@ -210,7 +206,7 @@ class Trainer:
         rng = np.random.default_rng([cfg.seed, epoch])
         batches = itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
         if cfg.compile:
-            width = getattr(self.train_dataset, "example_length", 0)
+            width = self.train_dataset.example_length
             batches = (tuple(torch.nn.functional.pad(t, (0, width - t.size(1))) for t in pair) for pair in batches)
         return batches if self.device.type == "cpu" else on_device(list(batches), self.device)
 
@@ -220,8 +216,9 @@ class Trainer:
         x, y = x.to(self.device), y.to(self.device)
         self.model.zero_grad(set_to_none=True)
         losses, self.state.step_positions = [], 0
-        for xs, ys, share in self.micro_batches(x, y):
-            with autocast(self.device, self.config.bf16):
+        size = 0 if self.config.compile else self.config.micro_batch  # compiled: one shape, the whole batch
+        for xs, ys, share in micro_batches(x, y, size):
+            with autocast(self.device, self.config.precision):
                 _, part = self.step_model(xs, ys)
             (part * share).backward()
             losses.append(part.detach() * share)
@@ -229,33 +226,6 @@ class Trainer:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
         self.optimizer.step()
         return torch.stack(losses).sum()
-
-    def micro_batches(self, x: torch.Tensor, y: torch.Tensor) -> Iterable[tuple[torch.Tensor, torch.Tensor, Any]]:
-        """(x, y, share of the targets) parts of a batch x, y (B, T): all of it, or with config.micro_batch its
-        rows grouped by where their targets end, each group cropped there (utils.crop_width): the loss must
-        be a mean over the targets that are not 0 (PAD), as GPT's is, and the model causal."""
-        size = self.config.micro_batch
-        if not size or size >= len(x) or self.config.compile:
-            return [(x, y, 1.0)]
-        targets = y != 0  # (B, T)
-        ends = torch.where(targets.any(1), y.size(1) - targets.flip(1).int().argmax(1), 0)  # (B,) last target + 1
-        parts, total = [], targets.sum()
-        for rows in torch.argsort(ends, stable=True).split(size):
-            width = crop_width(int(ends[rows].max()), y.size(1))
-            count = targets[rows, :width].sum()
-            if count:  # a part without targets adds nothing (and its mean loss would be NaN)
-                parts.append((x[rows, :width], y[rows, :width], count / total))
-        return parts
-
-    def schedule(self, tokens: int) -> float:
-        """Count the step's `tokens` and set the learning rate they lead to; returns it."""
-        cfg, s = self.config, self.state
-        # As in the handout, the rate is updated after the step from the tokens seen so far.
-        s.tokens += tokens
-        lr = cfg.learning_rate * lr_multiplier(s.tokens, cfg.warmup_tokens, s.final_tokens, cfg.cosine_cap)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        return lr
 
     def finished(self) -> bool:
         """True once a callback has stopped the run or max_steps steps are done."""
@@ -288,8 +258,27 @@ class Trainer:
             self.save_checkpoint()
 
     def resume(self, ckpt: dict) -> None:
-        """Continue from a checkpoint dict (see `checkpoint`), e.g. from utils.torch_load_safe."""
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
-        set_rng_states(ckpt["rng"])
+        """Continue from a checkpoint dict (see `checkpoint`), e.g. from utils.torch_load_safe; a ValueError saying
+        what does not fit when its contents are not this run's (fields, types, positions, shapes, generator states):
+        a checkpoint is data from outside."""
+        try:
+            state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
+            counts = (state.step, state.epoch, state.batch_in_epoch, state.tokens, state.max_epochs)
+            if (
+                not all(type(n) is int and n >= 0 for n in counts)
+                or state.batches_per_epoch != self.state.batches_per_epoch
+            ):
+                raise ValueError("its step counts are not whole numbers of this run's batches")
+            if (
+                state.step != state.epoch * state.batches_per_epoch + state.batch_in_epoch
+                or state.epoch > state.max_epochs
+            ):
+                raise ValueError(f"step {state.step} is not where epoch {state.epoch} and its batches end")
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            set_rng_states(ckpt["rng"])
+        except (KeyError, TypeError, IndexError, RuntimeError, AttributeError) as e:
+            raise ValueError(
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'a field is missing'}"
+            ) from None
+        self.state = state

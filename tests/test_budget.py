@@ -8,14 +8,14 @@ import random
 
 import pytest
 import torch
-from test_trainer import tiny_people_dataset
+from test_trainer import lr_multiplier, tiny_people_dataset
 
 import budget
 import run
 import utils
 from machine import TRY_EVERY, TRY_EVERY_MAX, ThreadChooser
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, TrainState, lr_multiplier
+from trainer import Trainer, TrainerConfig, TrainState
 from utils import torch_load_safe
 
 

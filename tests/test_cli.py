@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import pickle
 import re
@@ -540,17 +541,10 @@ def resolved(*argv: str) -> RunConfig:
     return run.resolve({"function": argv[0], **vars(typed)})
 
 
-def trainer_settings(args: RunConfig):
-    """The TrainerConfig of a command on wiki.txt's 2,937 documents, on a machine that chose fp32."""
-    return run.trainer_config(args, 2937, 2937, 127, {"precision": "fp32", "micro_batch": 32})
-
-
 def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
     pre = resolved("pretrain", "vanilla", "wiki.txt")
     assert (pre.max_epochs, pre.batch_size, pre.pretrain_lr, pre.dropout) == (650, 128, 6e-3, 0.1)
-    assert pre.optimizer == "adamw"
-    cfg = trainer_settings(pre)
-    assert cfg.final_tokens == 200 * 2937 * 128 and not cfg.cosine_cap
+    assert (pre.optimizer, pre.schedule) == ("adamw", "handout")
     fin = resolved("finetune", "vanilla", "wiki.txt", "--reading_params_path", "x")
     assert (fin.max_epochs, fin.batch_size, fin.finetune_lr) == (10, 256, 6e-4)
     assert resolved("finetune", "vanilla", "wiki.txt").max_epochs == 75
@@ -558,19 +552,26 @@ def test_handout_preset_is_the_default_and_holds_the_handouts_numbers():
 
 @pytest.mark.parametrize("function", ["pretrain", "finetune"])
 def test_handout_preset_batches_in_file_order_and_decays_all_but_biases_as_the_handouts_trainer(function):
-    cfg = trainer_settings(resolved(function, "vanilla", "wiki.txt"))
-    assert (cfg.order, cfg.decay) == ("file", "all_but_biases")
+    args = resolved(function, "vanilla", "wiki.txt")
+    assert (args.order, args.decay) == ("file", "all_but_biases")
 
 
 def test_cpu_preset_batches_by_length_and_decays_matmul_weights_only():
-    cfg = trainer_settings(resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu"))
-    assert (cfg.order, cfg.decay) == ("bucketed", "matmul")
-
-
-def test_cpu_preset_ends_its_cosine_with_the_run():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu")
-    cfg = trainer_settings(args)
-    assert cfg.cosine_cap and cfg.final_tokens == args.max_epochs * 2937 * 127
+    assert (args.order, args.decay) == ("bucketed", "matmul")
+
+
+def test_the_run_schedule_ends_its_cosine_at_the_floor_with_the_runs_last_step(tiny_corpus):
+    assert resolved("pretrain", "vanilla", "wiki.txt", "--preset", "cpu").schedule == "run"
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 10**6, "--preset", "cpu", "--max_epochs", "90") == 0
+    assert read_sidecar("pt.params")["final_lr"] == pytest.approx(0.1 * 1e-3)  # a tenth of the cpu preset's peak
+
+
+def test_the_handout_schedule_ends_its_cosine_after_200_passes_over_the_pretraining_corpus(tiny_corpus):
+    assert pretrain("vanilla", tiny_corpus, "pt.params", 10**6, "--max_epochs", "90") == 0
+    tokens, warmup, final = 90 * len(PEOPLE) * 127, 512 * 20, 200 * len(PEOPLE) * 128  # every batch holds them all
+    cosine = 0.5 * (1 + math.cos(math.pi * (tokens - warmup) / (final - warmup)))
+    assert read_sidecar("pt.params")["final_lr"] == pytest.approx(6e-3 * cosine)
 
 
 def test_cpu_preset_finetunes_from_scratch_like_the_handout():
@@ -609,8 +610,7 @@ def test_an_explicit_optimizer_wins_over_every_preset():
 
 def test_an_explicit_batch_order_and_decay_win_over_the_handout_preset():
     args = resolved("pretrain", "vanilla", "wiki.txt", "--order", "bucketed", "--decay", "matmul")
-    cfg = trainer_settings(args)
-    assert (cfg.order, cfg.decay) == ("bucketed", "matmul")
+    assert (args.order, args.decay) == ("bucketed", "matmul")
 
 
 @pytest.mark.parametrize(

@@ -123,18 +123,18 @@ def test_gpu_batched_greedy_decoding_equals_the_cpu_one_prompt_at_a_time(variant
 
 
 def test_gpu_fp32_training_follows_the_cpu_loss_curve():
-    cpu = tiny_run(steps=6, dropout=0.0, bf16=False)  # the same batches; attention differs
-    gpu = tiny_run(steps=6, dropout=0.0, bf16=False, device=CUDA)
+    cpu = tiny_run(steps=6, dropout=0.0, precision="fp32")  # the same batches; attention differs
+    gpu = tiny_run(steps=6, dropout=0.0, precision="fp32", device=CUDA)
     # fp32 rounding of the forward pass's sums and of the backward pass's, about as many terms again.
     np.testing.assert_allclose(gpu, cpu, rtol=2 * rounding(forward_terms(n_layer=2, n_embd=16, n_head=2, length=32)))
 
 
 def test_gpu_bf16_training_stays_near_the_fp32_loss_curve(monkeypatch):
-    fp32 = tiny_run(steps=6, dropout=0.0, bf16=False, device=CUDA)
+    fp32 = tiny_run(steps=6, dropout=0.0, precision="fp32", device=CUDA)
     autocasts = []
-    monkeypatch.setattr(trainer, "autocast", lambda device, bf16: autocasts.append(bf16) or autocast(device, bf16))
-    bf16 = tiny_run(steps=6, dropout=0.0, bf16=True, device=CUDA)
-    assert autocasts and all(autocasts)  # every step ran under bf16 autocast
+    monkeypatch.setattr(trainer, "autocast", lambda device, p: autocasts.append(p) or autocast(device, p))
+    bf16 = tiny_run(steps=6, dropout=0.0, precision="bf16", device=CUDA)
+    assert autocasts and set(autocasts) == {"bf16"}  # every step ran under bf16 autocast
     # bf16 rounds each matmul's products by 2**-8 relatively; the logits pass through 17 (eight in each of two blocks,
     # and the head), and a loss moves by at most twice their error: 2 * 17 * 2**-8 of logits below 0.4 in size.
     np.testing.assert_allclose(bf16, fp32, atol=0.05)

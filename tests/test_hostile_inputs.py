@@ -464,6 +464,54 @@ def test_resume_from_a_checkpoint_with_one_flipped_byte_is_refused_naming_it(tin
     refused(capsys, pretrain(tiny_corpus, "--resume", "--max_steps", 4), "pt.params.ckpt", "damaged")
 
 
+def twice_the_shape(ckpt: dict) -> None:
+    name = next(iter(ckpt["model"]))
+    ckpt["model"][name] = torch.cat([ckpt["model"][name]] * 2)
+
+
+# Checkpoints whose seal is valid but whose contents this run cannot continue: each edit, then sealed again.
+SEALED_BUT_WRONG = {
+    "not a dict": lambda ckpt: ckpt.clear(),
+    "no model": lambda ckpt: ckpt.pop("model"),
+    "no state": lambda ckpt: ckpt.pop("state"),
+    "an empty state": lambda ckpt: ckpt.update(state={}),
+    "a step that is text": lambda ckpt: ckpt["state"].update(step="abc"),
+    "a negative step": lambda ckpt: ckpt["state"].update(step=-5),
+    "an epoch past the run": lambda ckpt: ckpt["state"].update(epoch=10**6),
+    "a step past its epoch": lambda ckpt: ckpt["state"].update(step=ckpt["state"]["step"] + 1),
+    "an unknown state field": lambda ckpt: ckpt["state"].update(colour="red"),
+    "tensors of twice the shape": twice_the_shape,
+    "no generator states": lambda ckpt: ckpt.pop("rng"),
+    "a 3-byte generator state": lambda ckpt: ckpt["rng"].update(torch=torch.zeros(3, dtype=torch.uint8)),
+    "an empty optimizer state": lambda ckpt: ckpt.update(optimizer={}),
+    "extra that is not a dict": lambda ckpt: ckpt.update(extra=5),
+}
+
+
+@pytest.mark.parametrize("edit", SEALED_BUT_WRONG.values(), ids=SEALED_BUT_WRONG.keys())
+def test_a_sealed_checkpoint_whose_contents_do_not_fit_the_run_is_refused_in_one_line(tiny_corpus, capsys, edit):
+    assert run.main([str(a) for a in pretrain(tiny_corpus)]) == 0  # --max_steps: keeps pt.params.ckpt
+    params = Path("pt.params").read_bytes()
+    ckpt = utils.torch_load_safe("pt.params.ckpt")
+    edit(ckpt)
+    torch_save_atomic(ckpt, "pt.params.ckpt", sealed=True)
+    capsys.readouterr()
+    refused(capsys, pretrain(tiny_corpus, "--resume", "--max_steps", 4), "pt.params.ckpt")
+    assert Path("pt.params").read_bytes() == params
+
+
+def test_resume_is_refused_when_the_params_the_finetune_started_from_have_been_replaced(
+    tiny_corpus, tiny_train_tsv, capsys
+):
+    assert run.main([str(a) for a in pretrain(tiny_corpus)]) == 0
+    finetune = ["finetune", "vanilla", tiny_corpus, "--reading_params_path", "pt.params", "--writing_params_path",
+                "ft.params", "--finetune_corpus_path", tiny_train_tsv, *TINY_MODEL]  # fmt: skip
+    assert run.main([str(a) for a in [*finetune, "--max_steps", 2]]) == 0  # keeps ft.params.ckpt
+    assert run.main([str(a) for a in pretrain(tiny_corpus, "--seed", 7)]) == 0  # another pretraining in its place
+    capsys.readouterr()
+    refused(capsys, [*finetune, "--max_steps", 4, "--resume"], "was made from other params than pt.params holds now")
+
+
 def test_params_with_a_flipped_byte_are_refused_and_params_without_a_hash_are_used_with_a_warning(
     tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
 ):

@@ -22,11 +22,17 @@ def config(**settings) -> TrainerConfig:
     return TrainerConfig(max_epochs=1, batch_size=8, learning_rate=6e-3, **settings)
 
 
+def optimizer_of(model: torch.nn.Module, config: TrainerConfig):
+    """The optimizer the Trainer makes for `model` with `config`."""
+    c = config
+    return make_optimizer(model, c.optimizer, c.decay, c.learning_rate, c.weight_decay, c.betas, c.precision)
+
+
 def test_weight_decay_applies_to_linear_weights_only():
     model = GPT(
         GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, variant="perceiver", bottleneck_dim=4)
     )
-    opt = make_optimizer(model, config())
+    opt = optimizer_of(model, config())
     names = {id(p): n for n, p in model.named_parameters()}
     decayed = {names[id(p)] for p in opt.param_groups[0]["params"]}
     assert opt.param_groups[0]["weight_decay"] == 0.1 and opt.param_groups[1]["weight_decay"] == 0.0
@@ -41,7 +47,7 @@ def test_adamw_is_fused_and_steps_as_the_courses_default_adamw_does():
     model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8)).double()  # see test_trainer
     theirs = course.course_copy(model).double()
     handout = config(decay="all_but_biases")  # the handout's decay rule
-    ours_opt, their_opt = make_optimizer(model, handout), course.optimizer(theirs, handout)
+    ours_opt, their_opt = optimizer_of(model, handout), course.optimizer(theirs, handout)
     assert ours_opt.defaults["fused"] is True and not their_opt.defaults["fused"]
     their_params = dict(theirs.named_parameters())
     for _ in range(3):
@@ -98,8 +104,8 @@ def test_orthogonalize_spectral_falls_back_to_the_iteration_when_the_eigensolver
 
 def test_muon_is_spectral_on_the_cpu_in_fp32_and_iterates_in_bf16_where_training_is_bf16():
     model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=1, n_embd=8))
-    assert make_optimizer(model, config(optimizer="muon", bf16=False)).muon.spectral
-    muon = make_optimizer(model, config(optimizer="muon", bf16=True)).muon
+    assert optimizer_of(model, config(optimizer="muon", precision="fp32")).muon.spectral
+    muon = optimizer_of(model, config(optimizer="muon", precision="bf16")).muon
     assert not muon.spectral and muon.ns_dtype == torch.bfloat16
 
 
@@ -147,7 +153,7 @@ def test_muon_optimizer_gives_the_hidden_matrices_to_muon_and_the_rest_to_adamw(
     model = GPT(
         GPTConfig(vocab_size=10, block_size=8, n_layer=3, n_head=2, n_embd=8, variant="perceiver", bottleneck_dim=4)
     )
-    opt = make_optimizer(model, config(optimizer="muon"))
+    opt = optimizer_of(model, config(optimizer="muon"))
     assert isinstance(opt, MuonAdamW)
     names = {id(p): n for n, p in model.named_parameters()}
     muon = {names[id(p)] for group in opt.muon.param_groups for p in group["params"]}
@@ -163,7 +169,7 @@ def test_muon_optimizer_gives_the_hidden_matrices_to_muon_and_the_rest_to_adamw(
 
 def test_handout_decay_shrinks_every_parameter_but_the_biases():
     model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=16))
-    optimizer = make_optimizer(model, config(decay="all_but_biases"))
+    optimizer = optimizer_of(model, config(decay="all_but_biases"))
     decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
     names = {n for n, p in model.named_parameters() if id(p) in decayed}
     assert names == {n for n, _ in model.named_parameters() if not n.endswith("bias")}
@@ -172,7 +178,7 @@ def test_handout_decay_shrinks_every_parameter_but_the_biases():
 
 def test_default_decay_shrinks_only_matmul_weights():
     model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=16))
-    optimizer = make_optimizer(model, config())
+    optimizer = optimizer_of(model, config())
     decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
     names = {n for n, p in model.named_parameters() if id(p) in decayed}
     assert names and all(n.endswith(".weight") and ".ln" not in n and "emb" not in n for n in names)

@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO_ROOT, real_data
 
+import run
 from config import CONTROL_SHARE, PRETRAIN_SHARE, STEP_MARGIN, RunPlan, plan_run
+from utils import UserError
 
 
 def run_sh(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess:
@@ -55,41 +58,62 @@ def test_an_empty_or_blank_variants_is_refused_not_taken_for_all_three(tmp_path,
     refused_before_any_step(proc, tmp_path, line)
 
 
-@pytest.mark.parametrize(
-    ("flags", "word"),
-    [("--seed 5", "--seed"), ("--max_epochs 1 --seed=5", "--seed=5"), ("--see 5", "--see"), ("\t--seed\n5", "--seed")],
-)
-def test_extra_flags_that_set_the_seed_are_refused_in_favour_of_seed(tmp_path, flags, word):
-    proc = run_sh(tmp_path, EXTRA_FLAGS=flags)
+def test_extra_flags_that_a_step_would_refuse_are_refused_in_one_line_before_the_first_step(tmp_path):
+    proc = run_sh(tmp_path, EXTRA_FLAGS="--n_layer 2\t--seed\n5", PRESET="cpu")
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        f"run.sh: EXTRA_FLAGS must not set the seed ('{word}'); set SEED instead, e.g. SEED=5"
+        "run.sh: EXTRA_FLAGS must not set --seed (--seed 5): set SEED instead, e.g. SEED=5"
     ]
-    assert proc.stdout == "" and not (tmp_path / "out").exists()
+    assert "== " not in proc.stdout and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("flags", ["--preset handout", "--pres=cpu"])
-def test_extra_flags_that_set_the_preset_are_refused_in_favour_of_preset(tmp_path, flags):
-    proc = run_sh(tmp_path, EXTRA_FLAGS=flags)
-    assert proc.returncode == 2
-    (line,) = proc.stderr.splitlines()
-    assert line.startswith("run.sh: EXTRA_FLAGS must not set the preset") and "set PRESET instead" in line
-    assert proc.stdout == "" and not (tmp_path / "out").exists()
+def extra_flags_problem(flags: str) -> str:
+    """What run.sh says of EXTRA_FLAGS `flags` with the cpu preset on every variant (run.extra_flags)."""
+    with pytest.raises(UserError) as refused:
+        run.extra_flags(flags.split(), "cpu", ["vanilla", "perceiver", "rope"])
+    return str(refused.value)
 
 
 @pytest.mark.parametrize(
     ("flags", "said"),
-    [("--max_steps 2", "--max_steps is for pretrain and finetune, not evaluate"),
-     ("--no_such_flag", "unrecognized arguments: --no_such_flag"),
-     ("--pre handout", "ambiguous option: --pre could match --pretrain_lr, --preset"),
-     ("--pret 1e-3", "run.py finetune: error: unrecognized arguments: --pret 1e-3"),
-     ("--help", "-h or --help would print help instead"), ("-h", "-h or --help would print help instead")],
-)  # fmt: skip
-def test_extra_flags_that_a_step_would_refuse_are_refused_before_the_first_step(tmp_path, flags, said):
-    proc = run_sh(tmp_path, EXTRA_FLAGS=flags, PRESET="cpu")
-    assert proc.returncode == 2
-    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("run.sh:")]
-    assert said in line and "== " not in proc.stdout and not (tmp_path / "out").exists()
+    [
+        ("--seed 5", "must not set --seed (--seed 5): set SEED instead, e.g. SEED=5"),
+        ("--see=5", "must not set --seed (--see=5): set SEED instead"),
+        ("--preset handout", "must not set --preset (--preset handout): set PRESET instead"),
+        ("--pre handout", "must not set --preset (--pre handout): set PRESET instead"),
+        ("--no_such_flag", "unrecognized arguments: --no_such_flag"),
+        ("--help", "-h or --help would print help instead"),
+        ("-h", "-h or --help would print help instead"),
+        ("--n_layer x", "argument --n_layer: invalid int value: 'x'"),
+        ("--threads 0", "--threads must be between 1 and"),
+        ("--n_embd 33", "--n_embd 33 must be divisible by --n_head 8"),
+        ("--n_layer 1", "the perceiver needs --n_layer of at least 2"),
+        ("--bottleneck_dim 0", "--bottleneck_dim must be between 1 and 128, got 0"),
+        ("--tb_expt_name a/b", "--tb_expt_name must be a plain name"),
+        ("--tb_dir /dev/null", "must not set --tb_dir (--tb_dir /dev/null): run.sh names each step's files"),
+        ("--reading_params_path nope.params", "must not set --reading_params_path"),
+        ("--max_epochs 3", "set PRETRAIN_EPOCHS, FINETUNE_EPOCHS or NOPRETRAIN_EPOCHS instead"),
+        ("--budget_minutes 3", "run.sh plans the budgets to TOTAL_MINUTES"),
+        ("--recite", "run.sh runs both protocols"),
+        ("--recite_chars 20", "--recite_chars is for finetune --recite"),
+    ],
+)
+def test_extra_flags_that_a_step_would_refuse_are_named_with_the_reason(flags, said):
+    assert said in extra_flags_problem(flags)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU takes --device cuda")
+def test_extra_flags_asking_for_a_gpu_on_a_machine_without_one_are_refused():
+    assert "no CUDA GPU is available" in extra_flags_problem("--device cuda")
+
+
+def test_extra_flags_go_to_the_commands_that_take_them():
+    taken = run.extra_flags(["--n_layer", "2", "--fp32", "--pret", "1e-3", "--max_steps", "4"], "cpu", ["vanilla"])
+    assert taken == {
+        "pretrain": ["--n_layer", "2", "--fp32", "--pret", "1e-3", "--max_steps", "4"],
+        "finetune": ["--n_layer", "2", "--fp32", "--max_steps", "4"],
+        "evaluate": ["--n_layer", "2"],
+    }
 
 
 def test_an_out_dir_that_is_a_symlink_loop_or_in_a_folder_without_write_permission_is_refused(tmp_path):
@@ -178,12 +202,12 @@ def test_a_kill_stops_the_step_running_and_then_run_sh(tmp_path, sig):
 
 def test_run_sh_stops_at_the_first_failed_step_naming_it_and_its_log_and_writes_no_report(tmp_path):
     real_data("birth_dev.tsv")  # the London step before the failing one reads it
-    proc = run_sh(tmp_path, EXTRA_FLAGS="--n_head 3", PRESET="cpu")  # every command takes it; no model can
+    proc = run_sh(tmp_path, EXTRA_FLAGS="--finetune_lr 1e30", PRESET="cpu")  # the loss diverges at once
     out = tmp_path / "out"
     assert proc.returncode != 0
     log = out / "vanilla_nopretrain_finetune.log"
     assert f"run.sh: step vanilla_nopretrain_finetune failed (exit code 2); see {log}" in proc.stderr
-    assert "--n_head 3" in log.read_text()
+    assert "error: the loss became nan" in log.read_text()
     assert "== vanilla_nopretrain_dev" not in proc.stdout and "run.sh: done" not in proc.stdout
     assert (out / "times.txt").read_text().split()[0::2] == ["london"]
     assert not (out / "report.md").exists() and not list(out.glob("*.params"))

@@ -12,12 +12,18 @@ import torch.nn as nn
 
 import trainer as loop
 from bench import course
-from config import resolve, trainer_config
-from dataset import CharCorruptionDataset
+from dataset import CharCorruptionDataset, micro_batches
+from machine import on_device
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, epoch_line_due, lr_multiplier, on_device
+from trainer import Trainer, TrainerConfig, TrainState, epoch_line_due, learning_rate
 
 WARM, FINAL = 10_240, 1_000_000
+
+
+def lr_multiplier(tokens: float, warmup: float, final: float, cap: bool = False) -> float:
+    """The schedule's rate after `tokens` tokens of a plan ending at `final`, over the peak rate."""
+    config = TrainerConfig(max_epochs=1, batch_size=1, learning_rate=2.0, warmup_tokens=warmup, cosine_cap=cap)
+    return learning_rate(config, TrainState(1, final, 1, 2.0, tokens=tokens)) / 2.0
 
 
 def test_lr_warms_up_linearly():
@@ -143,22 +149,11 @@ def test_a_step_in_length_grouped_micro_batches_gives_the_course_loops_step_on_t
     assert_same_step(gradients, stepped)
 
 
-def test_the_handouts_order_trains_in_the_micro_batches_the_machine_chose_and_other_orders_in_whole_batches():
-    args = resolve({"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "wiki.txt"})
-    chosen = {"precision": "fp32", "micro_batch": 32}
-    assert args.order == "file" and trainer_config(args, 2937, 2937, 127, chosen).micro_batch == 32
-    assert trainer_config(args, 2937, 2937, 127, chosen | {"micro_batch": 0}).micro_batch == 0
-    bucketed = resolve({"function": "pretrain", "variant": "vanilla", "pretrain_corpus_path": "x", "preset": "cpu"})
-    assert trainer_config(bucketed, 2937, 2937, 127, chosen).micro_batch == 0
-
-
 def test_micro_batches_group_rows_by_their_last_target_crop_each_group_and_weigh_it_by_its_targets():
-    cfg = TrainerConfig(max_epochs=1, batch_size=8, learning_rate=1e-3, micro_batch=2)
-    trainer = Trainer(GPT(GPTConfig(10, 16, 1, 1, 8)), tiny_people_dataset(), cfg, torch.device("cpu"))
     ends = [2, 0, 16, 1, 3]  # row i's targets are its first ends[i] positions (row 1 has none)
     y = torch.stack([(torch.arange(16) < end).long() * 5 for end in ends])  # (5, 16)
     x = torch.arange(5)[:, None].expand(5, 16)  # row i's inputs are all i
-    parts = trainer.micro_batches(x, y)
+    parts = micro_batches(x, y, 2)
     assert [xs[:, 0].tolist() for xs, _, _ in parts] == [[1, 3], [0, 4], [2]]  # by their last target
     assert [tuple(xs.shape) for xs, _, _ in parts] == [(2, 8), (2, 8), (1, 16)]  # cropped to a multiple of 8
     assert [round(float(share) * 22) for _, _, share in parts] == [1, 5, 16]  # of the batch's 22 targets
