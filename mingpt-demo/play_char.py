@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "src"))
-from config import memory_problem  # noqa: E402
+from config import size_problem  # noqa: E402
 from dataset import Vocabulary, read_text  # noqa: E402
 from machine import choose, pick_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -45,6 +45,7 @@ from utils import (  # noqa: E402
     check_output_file,
     check_path_given,
     refuse_same_file,
+    run_cli,
     seed_everything,
 )
 
@@ -166,8 +167,6 @@ def setup(cfg: DemoConfig) -> torch.device:
 
 def make_model(cfg: DemoConfig, vocab_size: int) -> GPT:
     """The repository's GPT (vanilla) at the demo's size."""
-    if cfg.n_embd % cfg.n_head:
-        raise UserError(f"--n_embd {cfg.n_embd} must be divisible by --n_head {cfg.n_head}")
     seed_everything(cfg.seed)
     p = cfg.dropout
     return GPT(GPTConfig(vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd, p, p, p))
@@ -244,9 +243,7 @@ def generate(
     top_k: int | None = None,
     greedy: bool = False,
 ) -> str:
-    """The prompt and `chars` more characters, drawn by GPT.generate."""
-    if not prompt:
-        raise UserError("--prompt must not be empty")
+    """The prompt (not empty) and `chars` more characters, drawn by GPT.generate."""
     top_k = min(top_k, len(vocab)) if top_k else None
     x = torch.tensor([vocab.encode(prompt, where="--prompt")], dtype=torch.long, device=device)  # (1, T)
     y = model.generate(x, chars, temperature=temperature, do_sample=not greedy, top_k=top_k)  # (1, T + chars)
@@ -406,24 +403,17 @@ def parse_args(argv: list[str] | None = None) -> DemoConfig:
         p.error(f"--seed must be an integer from 0 to {MAX_SEED}, got {args.seed}")
     if args.sample_chars > MAX_SAMPLE:  # each character is one more step of generation, kept in memory
         p.error(f"--sample_chars must be at most {MAX_SAMPLE:,}, got {args.sample_chars}")
-    if memory := memory_problem(args.n_layer, args.n_embd, 2, args.block_size):  # before the text is read
-        p.error(memory)
+    if size := size_problem(
+        "vanilla", args.n_layer, args.n_head, args.n_embd, 2, args.block_size
+    ):  # before the text is read
+        p.error(size)
     args.top_k = args.top_k or None
     return DemoConfig(**vars(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: returns 0, or 2 after a one-line error on bad input."""
-    try:
-        cfg = parse_args(argv)
-    except SystemExit as e:  # --help (0), or a bad flag (2) whose one line Parser printed
-        return int(e.code or 0)
-    try:
-        run(cfg)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(lambda: parse_args(argv), run)
 
 
 if __name__ == "__main__":

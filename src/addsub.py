@@ -53,10 +53,12 @@ from utils import (
     check_path_given,
     folders_to_make,
     no_thread_tracebacks_for_os_errors,
-    physical_memory,
     refuse_same_file,
+    run_cli,
     setting,
     setting_problems,
+    training_memory_problem,
+    write_failure,
     write_text_atomic,
 )
 
@@ -491,12 +493,10 @@ def check_settings(cfg: AddSubConfig, tcfg: TrainConfig) -> None:
         problems.append(f"--emb_dim {cfg.emb_dim} must be divisible by --num_heads {cfg.num_heads}")
     layer = 4 * cfg.emb_dim**2 + 2 * cfg.emb_dim * cfg.dim_feedforward  # attention and feed-forward
     layers = cfg.num_encoder_layers + 2 * cfg.num_decoder_layers  # a decoder layer attends twice
-    # 16 bytes a parameter (weights, gradients, AdamW's two moments) and the max_len x max_len causal mask
-    need = 16 * (layers * layer + (2 * cfg.vocab_size + cfg.max_len) * cfg.emb_dim) + cfg.max_len**2
-    if need > physical_memory():
-        problems.append(f"--emb_dim {cfg.emb_dim}, --dim_feedforward {cfg.dim_feedforward}, --max_len {cfg.max_len}, "
-                        f"--vocab_size {cfg.vocab_size} and the layers need about {need / 2**30:,.0f} GiB to train; "
-                        f"this machine has {physical_memory() / 2**30:,.0f} GiB")  # fmt: skip
+    sizes = f"--emb_dim {cfg.emb_dim}, --dim_feedforward {cfg.dim_feedforward}, --max_len {cfg.max_len}, --vocab_size"
+    parameters = layers * layer + (2 * cfg.vocab_size + cfg.max_len) * cfg.emb_dim
+    if memory := training_memory_problem(parameters, f"{sizes} {cfg.vocab_size} and the layers", cfg.max_len**2):
+        problems.append(memory)  # the max_len x max_len causal mask beside the parameters
     if problems:
         raise UserError(problems[0])
 
@@ -792,7 +792,7 @@ def run_train(args: argparse.Namespace) -> None:
     except OSError as e:  # the TensorBoard logs on a full disk; the params of the best epoch so far are kept
         if made:
             shutil.rmtree(made[-1], ignore_errors=True)
-        raise UserError(f"{e.filename or run_dir}: cannot be written ({e.strerror or e})") from None
+        raise write_failure(e, run_dir) from None
     save_params(args.outputs_path, model, {**extra, "best": summary})
     print(
         f"best val exact-match {summary['val_exact_match']:.4f} (epoch {summary['epoch']}), "
@@ -802,8 +802,6 @@ def run_train(args: argparse.Namespace) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> None:
     """addsub.py evaluate: exact-match and token accuracy of greedy answers on one split."""
-    if args.split not in SPLITS:
-        raise UserError(f"unknown split {args.split!r}; choose one of {', '.join(SPLITS)}")
     device = pick_device(args.device)
     split = load_split(find_data_dir(args.data_dir), args.split)  # its checks before the model is loaded
     model = load_params(args.reading_params_path, device)
@@ -834,16 +832,7 @@ def run_ask(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: returns 0, or 2 after a one-line 'error: ...' on bad input."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0), or a bad flag (2) whose one line _Parser printed
-        return int(e.code or 0)
-    try:
-        run(args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(lambda: build_parser().parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,4 @@
-"""evaluate and ask: greedy answers to questions, scored by the model's confidence; a recite reader reads the
-recitation of its pretrained params."""
+"""evaluate and ask: greedy answers to questions, scored by the model's confidence."""
 
 from __future__ import annotations
 
@@ -25,16 +24,15 @@ from utils import UserError, locate_data, write_json_atomic, write_text_atomic
 def evaluate(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: SummaryWriter
 ) -> dict:
-    """Greedy answers to --eval_corpus_path, one per input line in --outputs_path, their scores in --scores_path; the
-    accuracy where places are given. What evaluate counted and found (accuracy, selective metrics, the recitations'
-    ceiling, seconds) and the resolved config go to the predictions' sidecar, <outputs_path>.json; returns `found`."""
+    """Greedy answers to --eval_corpus_path into --outputs_path (a line per input line) and --scores_path, and the
+    accuracy where places are given; returns what it found, also written to <outputs_path>.json."""
     vocab, path = corpus.vocab, locate_data(args.eval_corpus_path)
     entries = read_questions(path, require_place=False)
     questions = [q for q in entries if q is not None]
-    for q in questions:  # each can be asked (dataset.question_problem) in the corpus's vocabulary, before any work
+    for q in questions:  # check them all before any work
         if problem := question_problem(q.text, BLOCK_SIZE):
             raise UserError(f"{path}:{q.line}: the question {problem}")
-        vocab.encode(q.text, where=f"{path}:{q.line}")
+        vocab.encode(q.text + (q.place or ""), where=f"{path}:{q.line}")  # a place is read in the same characters
     load_params(model, vocab, args.reading_params_path)
     t0, found = time.time(), {}
     recited = recitations(args, vocab, questions, device, str(path))
@@ -49,17 +47,17 @@ def evaluate(
     scores = score_answers(model, vocab, texts, predictions, device)
     found["seconds"] = time.time() - t0
     total, correct = score_places(questions, predictions)
-    if total:  # the handout's line, then the selective metrics
+    if total:  # the handout's line first
         print(f"Correct: {float(correct)} out of {float(total)}: {correct / total * 100}%")
         found |= evaluation_summary(questions, predictions, scores)
         print(format_summary(found))
     for key, value in found.items():
         writer.add_scalar(f"eval/{key}", value, 0)
     counts = {"questions": len(questions), "with_places": total, "correct": correct}
+    if args.scores_path is not None:  # first: a failed write then leaves no predictions without their scores
+        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
     answers = iter(s.answer for s in scores)
     write_text_atomic(args.outputs_path, "".join((next(answers) if q is not None else "") + "\n" for q in entries))
-    if args.scores_path is not None:
-        write_text_atomic(args.scores_path, scores_tsv(entries, scores))
     write_json_atomic(sidecar_path(args.outputs_path), {**counts, **found, "config": dataclasses.asdict(args)})
     targets = "" if "accuracy" in found else "; no targets provided"
     print(
@@ -71,16 +69,14 @@ def evaluate(
 def recitations(
     args: RunConfig, vocab: Vocabulary, questions: list[Question], device: torch.device, source: str
 ) -> list[str] | None:
-    """When --reading_params_path is a recite reader: the recollections of the questions' people by the pretrained
-    params its sidecar links (recite.linked_pretrained); else None."""
+    """For a recite reader: the questions' people recited by the pretrained params its sidecar links; else None."""
     path = args.reading_params_path
     side = read_sidecar(path) or {}
     if side.get("protocol") != "recite":
         return None
     chars = side.get("recite_chars")
-    most = BLOCK_SIZE - recite.ANSWER_ROOM  # as the flag's rule: room for the answer after the recitation
-    if type(chars) is not int or not 1 <= chars <= most:
-        raise UserError(f"{path}: its sidecar gives recite_chars {chars!r}; a reader recites 1 to {most} characters")
+    if problem := recite.recite_chars_problem(chars, args.variant, args.bottleneck_dim, BLOCK_SIZE, 1):
+        raise UserError(f"{path}: its sidecar gives recite_chars {chars!r}, which {problem}")
     pretrained = recite.linked_pretrained(path, side)
     reciter = build_model(args, len(vocab))
     load_params(reciter, vocab, str(pretrained))
@@ -91,8 +87,7 @@ def recitations(
 
 
 def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
-    """Answer one question (checked by config.check_args): the greedy answer, its confidence, and the top 3
-    answers of a beam search."""
+    """Answer one question (checked by config.check_args): the greedy answer, its confidence and a beam's top 3."""
     question, vocab = args.question, corpus.vocab
     vocab.encode(question, where=f"question {question!r}")
     load_params(model, vocab, args.reading_params_path)

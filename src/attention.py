@@ -1,12 +1,8 @@
 """Attention: the maths in one place.
 
-`attend` is PyTorch's `scaled_dot_product_attention` on CUDA (the kernel that `CUDA_ATTENTION_KERNELS` allows) and the
-plain matmul-softmax on CPU, whose backward beat the fused CPU kernel's where it was measured (bench/RESEARCH.md,
-"Engineering"). The handout's plain `attend` and `dropout` are in bench/course.py, which the tests and the speed
-benchmark compare against.
-
-The modules below add the learned projections, whose parameters (`key`, `query`, `value`, `proj`) and persistent
-`mask` buffer are named as the handout's, so that its params files load strictly in both directions.
+On CPU `attend` is a plain matmul-softmax, whose backward beat the fused kernel's (bench/RESEARCH.md, "Engineering").
+Parameters and the `mask` buffer keep the handout's names, so that its params files load strictly both ways. The
+handout's `attend` and `dropout`, which the tests compare against, are in bench/course.py.
 """
 
 from __future__ import annotations
@@ -18,20 +14,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# Which of scaled_dot_product_attention's kernels CUDA may use: the math kernel only, which computes bf16 inputs in
-# fp32. Under bf16 autocast cuDNN's kernel (PyTorch's first choice on Hopper) gave NaN gradients with a mask, and the
-# memory-efficient kernel's gradients were wrong enough that the handout's pretraining stalled; the math kernel trained
-# as fp32 does, and at this model's size no kernel is faster than another, since the GPU waits on kernel launches
-# (bench/RESEARCH.md, "GPU kernels").
+# CUDA uses only the math kernel, which computes bf16 inputs in fp32. Under bf16 autocast the other kernels gave NaN
+# gradients or stalled pretraining, and none is faster at this model's size (bench/RESEARCH.md, "GPU kernels").
 CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 
 
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
 ) -> torch.Tensor:
-    """Scaled dot-product attention: q (B, nh, Tq, hs), k and v (B, nh, Tk, hs), mask bool, broadcastable to
-    (B, nh, Tq, Tk), True where a query may look at a key (None: no mask) -> (B, nh, Tq, hs). Every query row must be
-    allowed at least one key."""
+    """Scaled dot-product attention: q (B, nh, Tq, hs), k and v (B, nh, Tk, hs) -> (B, nh, Tq, hs). The bool mask,
+    broadcastable to (B, nh, Tq, Tk), is True where a query may see a key; every query must see at least one."""
     if q.is_cuda:
         with sdpa_kernel(CUDA_ATTENTION_KERNELS):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -42,17 +34,15 @@ def attend(
 
 
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Zero each element of x with probability p (0 when not training) and scale the rest so the mean is kept; same
-    shape as x. A CUDA tensor, or a compiled graph, gets F.dropout. On CPU, where `bernoulli_` was a large share of a
-    training step (bench/RESEARCH.md), one 64-bit random number is drawn per four elements and an element is dropped
-    when 15 of its 16 bits fall below round(p * 2**15): the rate is p to within 2**-16 (0.1 -> 0.10001) and kept
-    values are scaled by the exact 1 / (1 - rate). Both use PyTorch's seeded generator."""
+    """Zero each element of x with probability p and scale the rest to keep the mean. CUDA tensors and compiled
+    graphs use F.dropout. On CPU, where `bernoulli_` was a large share of a step (bench/RESEARCH.md), an element is
+    dropped when 15 random bits fall below round(p * 2**15), a rate within 2**-16 of p."""
     if p == 0.0:
         return x
     if x.is_cuda or torch.compiler.is_compiling():  # a compiled graph draws its own random bits
         return F.dropout(x, p=p)
     n = x.numel()
-    # random_() fills int64 with 63 random bits: every 16-bit lane has at least 15 random low bits.
+    # random_() fills an int64 with 63 random bits, so every 16-bit lane has 15 random low bits.
     bits = torch.empty(n // 4 + 1, dtype=torch.int64, device=x.device).random_().view(torch.int16)[:n]
     threshold = round(p * 32768)
     keep = (bits.view(x.shape) & 0x7FFF) >= threshold
@@ -60,15 +50,15 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout computed by `dropout`: (any shape) -> (same shape); identity in eval mode."""
+    """nn.Dropout computed by `dropout`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p if self.training else 0.0)
 
 
 def rotary_table(length: int, head_dim: int) -> torch.Tensor:
-    """Rotary position angles, the 2024 handout's `rope_cache`: (length, head_dim/2, 2), table[t, i] = (cos tθ_i,
-    sin tθ_i) with θ_i = 10000^(-2i/head_dim): position t turns the i-th pair of a head's dimensions by tθ_i."""
+    """Rotary angles, the 2024 handout's `rope_cache`: (length, head_dim/2, 2), where table[t, i] = (cos tθ_i,
+    sin tθ_i) and θ_i = 10000^(-2i/head_dim)."""
     assert head_dim % 2 == 0, "rotary embedding needs an even head size"
     theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hs/2,)
     angles = torch.arange(length, dtype=torch.float64)[:, None] * theta[None, :]  # (length, hs/2)
@@ -76,10 +66,9 @@ def rotary_table(length: int, head_dim: int) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding: x (..., T, hs) with rows of `table` (..., T, hs/2, 2) for its positions -> (..., T, hs).
-    Dimensions (2i, 2i+1) are taken as one complex number and multiplied by cos tθ_i + i sin tθ_i, so that queries
-    and keys score q·k by their relative position only. Written as x * cos + (x with each pair swapped) * ±sin in
-    x's dtype: two multiplies on whole rows, far faster on the CPU than splitting the pairs apart and stacking them."""
+    """Rotary embedding: x (..., T, hs) and its positions' `table` rows (..., T, hs/2, 2) -> (..., T, hs). Each pair
+    (2i, 2i+1), as a complex number, is multiplied by cos tθ_i + i sin tθ_i, so q·k depends only on relative
+    position. Multiplying whole rows is far faster on CPU than splitting the pairs."""
     cos = table[..., 0].repeat_interleave(2, dim=-1).to(x.dtype)  # (..., T, hs): cos tθ_i at 2i and 2i+1
     sin = torch.stack((-table[..., 1], table[..., 1]), dim=-1).flatten(-2).to(x.dtype)  # -sin at 2i, +sin at 2i+1
     swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x_2i+1, x_2i) at (2i, 2i+1)
@@ -92,9 +81,8 @@ def causal_mask(size: int) -> torch.Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with learned projections, no built-in mask: forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask
-    bool broadcastable to (B, nh, Tq, Tk) or None, cache=None) -> (B, Tq, C); with a `KVCache`, Tk counts the cached
-    keys too. Used directly by the AddSub encoder-decoder; the GPT uses the causal subclasses below."""
+    """Multi-head attention with learned projections and no built-in mask: forward(x_q (B, Tq, C), x_kv (B, Tk, C),
+    mask, cache) -> (B, Tq, C). With a `KVCache`, Tk includes the cached keys. AddSub uses it directly."""
 
     def __init__(self, n_embd: int, n_head: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__()
@@ -115,7 +103,7 @@ class MultiHeadAttention(nn.Module):
     def attend_projected(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """Attention over already-split heads, the heads merged again, then the output projection: -> (B, Tq, C)."""
+        """Attend over split heads, merge them and apply the output projection -> (B, Tq, C)."""
         y = attend(q, k, v, mask, dropout_p=self.attn_pdrop if self.training else 0.0)  # (B, nh, Tq, hs)
         B, nh, Tq, hs = y.shape
         return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, Tq, nh * hs)))
@@ -130,10 +118,8 @@ class MultiHeadAttention(nn.Module):
 
 
 class CausalSelfAttention(MultiHeadAttention):
-    """Masked self-attention, position i seeing positions <= i: forward(x (B, T, C), cache=None) -> (B, T, C). With a
-    `KVCache`, x holds the next T positions, after the cached ones: their keys and values join the cache. rope=True
-    (the 2024 handout's variant): queries and keys are rotated by their positions (`rotate`) before they meet, the
-    angles kept in the persistent buffer `rope_cache` as the handout keeps them."""
+    """Causal self-attention: forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds the T
+    positions after the cached ones. With rope=True, the 2024 handout's variant, queries and keys are rotated."""
 
     def __init__(
         self,
@@ -146,7 +132,7 @@ class CausalSelfAttention(MultiHeadAttention):
     ):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
         self.rope = rope
-        # Persistent buffers, in the handout's order (see the module's docstring).
+        # Persistent buffers, in the handout's order.
         if rope:
             self.register_buffer("rope_cache", rotary_table(block_size, n_embd // n_head))
         self.register_buffer("mask", causal_mask(block_size))
@@ -163,10 +149,8 @@ class CausalSelfAttention(MultiHeadAttention):
 
 
 class CausalCrossAttention(MultiHeadAttention):
-    """Cross-attention that keeps the causal rule, query i seeing keys j <= i: forward(x_kv (B, Tk, C), x_q (B, Tq, C),
-    cache=None, q_start=0) -> (B, Tq, C), in the handout's argument order, for the perceiver's down-projection (queries:
-    the learned basis) and up-projection (queries: the input positions). Decoding: x_kv's keys and values join the
-    `cache`, and the queries sit at positions q_start, q_start + 1, ..."""
+    """Causal cross-attention for the perceiver, query i seeing keys j <= i: forward(x_kv (B, Tk, C), x_q (B, Tq, C),
+    cache=None, q_start=0) -> (B, Tq, C), in the handout's argument order. The first query is at position q_start."""
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
@@ -180,8 +164,7 @@ class CausalCrossAttention(MultiHeadAttention):
 
 
 class KVCache:
-    """Keys and values of the positions decoded so far, for one attention layer: `length` positions of every row.
-    Storage for `capacity` positions is allocated on the first write."""
+    """The keys and values of one attention layer's `length` decoded positions, in storage for `capacity`."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.length = capacity, 0

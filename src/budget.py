@@ -1,9 +1,6 @@
-"""What a run's time buys: the Pace, attached to the Trainer as callbacks that read its TrainState.
-
-It says early what the run will cost, and after the first whole epoch how long the rest takes. With a budget it stops
-the run once the budget is spent or, with `fit`, plans the run to the budget after every whole epoch, from the pace
-measured, so that the cosine ends annealed as the budget ends, even when other work slows the machine down or stops
-doing so.
+"""What a run's time buys: the Pace, a set of Trainer callbacks. It says early what the run will cost, and after the
+first whole epoch how long the rest takes. With a budget it stops the run once the budget is spent or, with `fit`,
+re-plans the run after every whole epoch so that the cosine ends as the budget does, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -19,33 +16,29 @@ from machine import ThreadChooser
 from trainer import Trainer, TrainerConfig, TrainState, learning_rate
 from utils import plural
 
-# The plan fills this share of the budget: the last epochs can run a little slower than the ones
-# that set the pace, and what still runs past the budget is cut off.
+# The plan fills this share of the budget, since the last epochs may run slower than those that set the pace.
 FIT_SHARE = 0.97
-# The pace is the median of this many latest whole epochs: one slow epoch (a checkpoint, a burst
-# of other work) does not shrink the plan, a lasting change of pace moves it within two.
+# The pace is the median of this many latest whole epochs, so that one slow epoch does not shrink the plan.
 PACE_EPOCHS = 3
-# The first estimate waits for this many steps whose batch shape was seen before: the first step
-# of each new shape pays for setting up its kernels, which later epochs do not.
+# The first estimate waits for this many steps on batch shapes seen before: a new shape's first step sets up kernels.
 WARM_STEPS = 5
 
 
 class Pace:
-    """The callbacks the module's docstring describes, for the run `config` describes; a plan is kept in the
-    TrainState."""
+    """The module's callbacks, for the run that `config` describes."""
 
     def __init__(self, config: TrainerConfig, budget_seconds: float | None = None, fit: bool = False):
         self.config, self.budget_seconds = config, budget_seconds
         self.fit = fit and budget_seconds is not None
-        self.reported = False  # the projection (or first plan) of this process is printed once
+        self.reported = False  # the projection or first plan is printed once
         self.seen_shapes: set[int] = set()
         self.warm: list[tuple[float, int]] = []  # (seconds, positions) of steps on a seen shape
         self.cold: list[tuple[float, int]] = []  # ... and of the others but the first step
         self.estimated = False
-        self.replans = 0  # plan changes printed ("the pace changed")
+        self.replans = 0  # plan changes printed
         self.cut_off = False  # the budget stopped the run before its schedule ended
-        self.steps, self.positions = 0, 0  # steps this process trained, and their positions
-        self.threads: ThreadChooser | None = None  # attach() sets it for a planned run on several CPU threads
+        self.steps, self.positions = 0, 0  # trained by this process
+        self.threads: ThreadChooser | None = None  # set by attach()
 
     def on_batch_end(self, s: TrainState) -> None:
         spent = self.budget_seconds is not None and s.seconds >= self.budget_seconds
@@ -56,8 +49,8 @@ class Pace:
             self.early_estimate(s)
 
     def early_estimate(self, s: TrainState) -> None:
-        """Once, early: what an epoch and the run cost at the pace of WARM_STEPS steps on batch shapes seen
-        before or, if after twice as many steps too few shapes repeated, of every step but the first."""
+        """Print once, early, what an epoch and the run cost at the pace of WARM_STEPS steps on shapes seen before,
+        or, failing that after twice as many steps, of every step but the first."""
         positions = s.step_positions  # one batch shape per count of positions
         self.steps, self.positions = self.steps + 1, self.positions + positions
         timed = self.warm if positions in self.seen_shapes else self.cold
@@ -97,10 +90,8 @@ class Pace:
             )
 
     def fit_to_budget(self, s: TrainState, epoch_seconds: float) -> str | None:
-        """Plan the rest of the run at `epoch_seconds` per epoch: as many steps as FIT_SHARE of the budget
-        holds (the last epoch perhaps in part), never more epochs than the config asks for, with the
-        cosine's final_tokens at the last of them. Returns the line to print: the first plan, or one that
-        moved by at least a whole epoch; else None."""
+        """Plan as many steps as FIT_SHARE of the budget holds at `epoch_seconds` per epoch (at most the config's
+        epochs), the cosine ending at the last. Returns a line to print if the plan is new or moved by an epoch."""
         n_batches, asked = s.batches_per_epoch, self.config.max_epochs
         tokens_per_epoch = s.tokens / s.epoch  # every epoch counts the same tokens
         left = max(0.0, self.budget_seconds * FIT_SHARE - s.seconds)
@@ -123,8 +114,8 @@ class Pace:
         return f"the pace changed: {line} (planned {was:.1f} before)"
 
     def projection(self, s: TrainState, epoch_seconds: float) -> str:
-        """How long the epochs left take at `epoch_seconds` each and, with a budget they do not fit in,
-        how many it holds and where the planned schedule then stands."""
+        """How long the epochs left take at `epoch_seconds` each; if the budget is shorter, how many it holds and where
+        the cosine then stands."""
         cfg, budget, left = self.config, self.budget_seconds, s.max_epochs - s.epoch
         line = (
             f"at {epoch_seconds:.1f} s per epoch the {left} epochs left take about {left * epoch_seconds / 60:.0f} min"
@@ -133,15 +124,15 @@ class Pace:
             return line
         held = s.epoch + (budget - s.seconds) / epoch_seconds
         line += f"; the {budget / 60:g}-minute budget holds about {held:.0f} of {s.max_epochs}"
-        tokens = s.tokens / s.epoch * held  # every epoch counts the same tokens
+        tokens = s.tokens / s.epoch * held
         progress = min(1.0, (tokens - cfg.warmup_tokens) / max(1, s.final_tokens - cfg.warmup_tokens))
         rate = learning_rate(cfg, dataclasses.replace(s, tokens=tokens)) / cfg.learning_rate
         return line + f", where the planned cosine is {progress:.0%} done and the rate {rate:.2f} of its peak"
 
 
 def attach(trainer: Trainer, budget_seconds: float | None, fit: bool, threads: int | None = None) -> Pace:
-    """The pace report, the budget (planned to with `fit`) and, for a planned run on a CPU of several
-    threads when `threads` does not fix their count, the thread choice; returns the Pace."""
+    """Attach a Pace to `trainer` and return it. A planned run on several CPU threads also gets the thread choice,
+    unless `threads` fixes their count."""
     pace = Pace(trainer.config, budget_seconds, fit)
     for event in ("on_batch_end", "on_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(pace, event))

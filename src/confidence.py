@@ -1,10 +1,8 @@
 """Know when the model is guessing: answer confidence, a small beam search, and selective-accuracy metrics.
 
-An answer's confidence is its log-probability under the model, teacher-forcing `question MASK answer MASK` in one
-batched pass: summed over the answer's characters and its closing MASK (an answer cut off at the length limit has
-none), and divided by the tokens scored. Answers are ranked, and calibrated, by that per-character mean: the sum falls
-with every extra character, so it would rank "Rome" above "Rio de Janeiro" however sure the model is of each, while
-exp(mean) is a per-character probability in (0, 1].
+An answer's confidence is its teacher-forced log-probability over its characters and closing MASK (none if it was
+cut off), divided by the tokens scored. Ranking and calibration use this per-character mean because the sum falls
+with every character, ranking "Rome" above "Rio de Janeiro"; exp(mean) is a probability in (0, 1].
 """
 
 from __future__ import annotations
@@ -24,12 +22,12 @@ from decode import MAX_ANSWER_CHARS, answer_limit, keep_spans
 
 COVERAGES = (1.0, 0.75, 0.5, 0.25, 0.1)
 ECE_BINS = 10
-SCORE_ROWS = 512  # sequences score_answers scores in one forward pass
+SCORE_ROWS = 512  # rows score_answers scores in one forward pass
 
 
 @dataclass
 class AnswerScore:
-    """An answer and its log-probability: `logprob` summed over `tokens` scored tokens, `mean_logprob` per token."""
+    """An answer's log-probability: `logprob` summed over `tokens` tokens, `mean_logprob` per token."""
 
     answer: str
     logprob: float
@@ -37,7 +35,6 @@ class AnswerScore:
     tokens: int
 
 
-# ---------------------------------------------------------------------------
 # Scoring and beam search
 
 
@@ -45,13 +42,13 @@ class AnswerScore:
 def score_answers(
     model: torch.nn.Module, vocab: Vocabulary, questions: Sequence[str], answers: Sequence[str], device: torch.device
 ) -> list[AnswerScore]:
-    """Teacher-forced log-probability of each answer to its question, as the module's docstring says: one
-    forward pass per SCORE_ROWS right-padded sequences (the model is causal, so padding changes nothing)."""
+    """Teacher-forced log-probability of each answer to its question, SCORE_ROWS right-padded rows per forward
+    pass. The model is causal, so padding changes nothing."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     block = model.get_block_size()
     rows: list[torch.Tensor] = []  # question MASK answer [MASK]: inputs [:-1], next tokens [1:]
-    masks: list[torch.Tensor] = []  # which next tokens of each row are scored: position p predicts token p + 1
+    masks: list[torch.Tensor] = []  # which next tokens are scored: position p predicts token p + 1
     for q, a in zip(questions, answers, strict=True):
         prompt, answer = vocab.encode(q + MASK_CHAR), vocab.encode(a)
         closed = len(answer) < answer_limit(len(prompt), block)
@@ -80,11 +77,8 @@ def beam_search(
     max_answer_chars: int = MAX_ANSWER_CHARS,
     copy: bool = False,
 ) -> list[AnswerScore]:
-    """The `beam` most probable answers found by beam search over characters, best (highest logprob) first;
-    with `copy` (a reader), only answers that are spans of `question` (decode.keep_spans). An answer ends with a
-    MASK, or is cut off at the decoding limit. Each step extends every live beam by its `beam` best characters and
-    keeps the `beam` best unfinished candidates; it stops when no live beam can still beat the `beam`-th finished
-    answer (log-probabilities only fall)."""
+    """The `beam` most probable answers by beam search over characters, best first; with `copy`, only spans of
+    `question`. The search stops when no live beam can beat the `beam`-th finished answer."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     prompt = vocab.encode(question + MASK_CHAR)
@@ -115,7 +109,6 @@ def beam_search(
     return done[:beam]
 
 
-# ---------------------------------------------------------------------------
 # Selective accuracy and calibration
 
 
@@ -146,19 +139,18 @@ def expected_calibration_error(probability: Sequence[float], correct: Sequence[b
     if len(p) != len(ok) or len(ok) == 0:
         raise ValueError(f"need as many probabilities as answers, at least one: got {len(p)} and {len(ok)}")
     which = np.minimum((p * bins).astype(np.int64), bins - 1)  # probability 1.0 goes in the last bin
-    # a bin's share times |its accuracy - its mean probability| is |its correct answers - its summed probability| / N
+    # a bin's term is |its correct answers - its summed probability| / N
     return float(np.abs(np.bincount(which, ok, bins) - np.bincount(which, p, bins)).sum() / len(p))
 
 
-# ---------------------------------------------------------------------------
-# Putting it together for `evaluate`, `ask` and the report
+# Summaries for `evaluate`, `ask` and the report
 
 
 def evaluation_summary(
     questions: Sequence[Question], predictions: Sequence[str], scores: Sequence[AnswerScore]
 ) -> dict[str, float]:
-    """The accuracy of answers to questions with gold places, and for the answers ranked by mean logprob: the
-    accuracy at each of COVERAGES, the coverage AUC and the ECE."""
+    """Accuracy, and for answers ranked by mean logprob: the accuracy at each of COVERAGES, the coverage AUC and
+    the ECE."""
     correct = [p == q.place for p, q in zip(predictions, questions, strict=True)]
     ranked_by = [s.mean_logprob for s in scores]
     metrics = {"accuracy": sum(correct) / len(correct)}
@@ -179,15 +171,14 @@ def format_summary(m: dict[str, float]) -> str:
 
 
 def scores_tsv(entries: Sequence[Question | None], scores: Sequence[AnswerScore]) -> str:
-    """`prediction<TAB>logprob<TAB>mean_logprob` per input line, a blank line for a blank one; a tab, newline or
-    carriage return generated inside an answer is written as a space, so the file keeps one line per input line."""
+    """`prediction<TAB>logprob<TAB>mean_logprob` per input line, blank for a blank one. Tabs and line breaks in an
+    answer become spaces."""
     rows = (re.sub(r"[\t\n\r]", " ", s.answer) + f"\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" for s in scores)
     return "".join((next(rows) if q is not None else "") + "\n" for q in entries)
 
 
 def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[AnswerScore]) -> str:
-    """What `ask` prints: the greedy answer, its confidence, and the beam search's best answers, quoted (Python
-    repr) so that an empty answer or a generated newline stays visible."""
+    """What `ask` prints: the greedy answer, its confidence and the beam's best answers, in repr to show empty ones."""
     lines = [
         question,
         f"answer: {answer.answer!r}",

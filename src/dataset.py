@@ -1,8 +1,6 @@
-"""Data: the character vocabulary, the span-corruption pretraining set and the birth-place question set.
+"""Data: the vocabulary, the span-corruption pretraining set and the birth-place questions.
 
-Both datasets keep the handout's per-example interface (`ds[i] -> (x, y)`), which the handout's training loop
-(bench/course.py) feeds through a `DataLoader`. The trainer instead asks for a whole epoch of batches at once
-(`epoch_batches`): built with numpy in one go, grouped by length and cropped so that no compute is spent on padding.
+Both keep the handout's `ds[i] -> (x, y)` (bench/course.py); our trainer batches an epoch at once (`epoch_batches`).
 """
 
 from __future__ import annotations
@@ -20,21 +18,20 @@ from torch.utils.data import Dataset
 from utils import UserError, check_input, crop_width
 
 PAD_CHAR = "\u25a1"  # □, id 0; ignored by the loss
-MASK_CHAR = "\u2047"  # ⁇, id 1; marks the start of a masked span and of an answer
+MASK_CHAR = "\u2047"  # ⁇, id 1; opens a masked span and an answer
 
 
 def reserved_problem(text: str) -> str | None:
-    """Why a text a user gives (a corpus, a question, a place) cannot be read: it holds PAD or MASK, which the
-    models reserve for padding and for marking spans and answers; else None."""
+    """Why a user's corpus, question or place cannot be read (it holds the reserved PAD or MASK); else None."""
     found = [c for c in (PAD_CHAR, MASK_CHAR) if c in text]
     return f"holds the reserved character {found[0]!r} (U+{ord(found[0]):04X})" if found else None
 
 
 def question_problem(text: str, block_size: int) -> str | None:
-    """Why `text` cannot be a question: empty, more than one line, a reserved character, or too long to
-    leave room in the block for a MASK and an answer; else None."""
-    if not text or "\n" in text or "\r" in text:
-        return "is empty" if not text else "holds a line break; give one line"
+    """Why `text` (not empty) cannot be a question: a line break, a reserved character, or no room left for a
+    MASK and an answer; else None."""
+    if "\n" in text or "\r" in text:
+        return "holds a line break; give one line"
     if len(text) + 2 > block_size:
         return f"is {len(text)} characters; at most {block_size - 2} fit"
     return reserved_problem(text)
@@ -60,8 +57,10 @@ class Vocabulary:
         """Ids of `text`; a character outside the vocabulary is a UserError naming `where`."""
         missing = next((c for c in text if c not in self.stoi), None)
         if missing is not None:
-            raise UserError(f"{where}: character {missing!r} (U+{ord(missing):04X}) is not in the vocabulary of "
-                            "the pretraining corpus")  # fmt: skip
+            raise UserError(
+                f"{where}: character {missing!r} (U+{ord(missing):04X}) is not in the vocabulary of "
+                "the pretraining corpus"
+            )
         return [self.stoi[c] for c in text]
 
     def decode(self, ids: list[int]) -> str:
@@ -69,8 +68,7 @@ class Vocabulary:
 
 
 def read_text(path: str | Path, flag: str = "") -> str:
-    """A whole UTF-8 file (checked first as an input: utils.check_input), or a UserError saying why it cannot
-    be read."""
+    """A whole UTF-8 file (checked by utils.check_input), or a UserError saying why it cannot be read."""
     try:
         text = check_input(path, flag).read_text(encoding="utf-8")
         why = "starts with a UTF-8 byte-order mark; save it as UTF-8 without one" if text.startswith("\ufeff") else ""
@@ -83,7 +81,6 @@ def read_text(path: str | Path, flag: str = "") -> str:
     return text
 
 
-# ---------------------------------------------------------------------------
 # Pretraining: span corruption
 
 
@@ -93,9 +90,8 @@ def max_truncated_len(block_size: int) -> int:
 
 
 class BatchedDataset(Dataset):
-    """A dataset that batches a whole epoch at once. Subclasses give `epoch_examples(order, rng)`: the
-    examples `order` (N,) as (ids, targets (N, block_size), real_len (N,)), targets 0 where not trained; `data`
-    holds one entry per example."""
+    """A dataset batched a whole epoch at a time. Subclasses give `epoch_examples(order (N,), rng)`, which returns
+    ids and targets (N, block_size), targets 0 where not trained, and real_len (N,)."""
 
     def __len__(self) -> int:
         return len(self.data)
@@ -103,28 +99,28 @@ class BatchedDataset(Dataset):
     def epoch_batches(
         self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of shifted (x, y) batches (B, T), every example once (see ORDERS for `order`), each cropped to
-        its longest example (utils.crop_width): PAD targets add no loss, so this changes only the work done."""
+        """One epoch of shifted (x, y) batches (B, T) in an ORDERS `order`, each cropped to its longest example
+        (utils.crop_width), as PAD targets add no loss."""
         if order not in ORDERS:
             raise ValueError(f"unknown order {order!r}")
         examples = np.arange(len(self)) if order == "file" else rng.permutation(len(self))
         ids, targets, real_len = self.epoch_examples(examples, rng)
         bucket = order == "bucketed"
-        # A stable sort of an already shuffled order keeps the ties random.
+        # A stable sort keeps the shuffled ties random.
         rows = np.argsort(real_len, kind="stable") if bucket else np.arange(len(ids))
         starts = list(range(0, len(ids), batch_size))
         if bucket:
             rng.shuffle(starts)
         for s in starts:
             idx = rows[s : s + batch_size]
-            # x positions 0..real_len-2 predict real characters; beyond that every target is PAD.
+            # Only x positions up to real_len - 2 have targets that are not PAD.
             width = crop_width(int(real_len[idx].max()) - 1, ids.shape[1] - 1)
             yield torch.from_numpy(ids[idx, :width]), torch.from_numpy(targets[idx, 1 : width + 1])
 
 
 class CharCorruptionDataset(BatchedDataset):
-    """Span-corruption examples, one per document (a line of the corpus) per epoch: ds[i] -> (x, y), LongTensors of
-    length block_size - 1, y = x shifted by one. The corpus defines the vocabulary (`stoi`, `itos`, `vocab_size`)."""
+    """Span-corruption examples, one per document (corpus line) per epoch: ds[i] -> (x, y), LongTensors of
+    length block_size - 1, y = x shifted by one. The corpus defines the vocabulary."""
 
     def __init__(self, data: str, block_size: int, source: str = "corpus") -> None:
         self.vocab = Vocabulary.from_text(data)
@@ -132,34 +128,32 @@ class CharCorruptionDataset(BatchedDataset):
         self.vocab_size = len(self.vocab)
         self.block_size = block_size
         self.example_length = block_size - 1
-        # Empty lines (e.g. after the final newline) are not documents.
         self.data = [line for line in data.split("\n") if line]
         if not any(line.strip() for line in self.data):
             raise UserError(f"{source}: contains no documents (no line with anything but spaces)")
-        # Documents as padded id arrays, for vectorised batches: an example reads at most the first
-        # block_size characters of its document.
+        # Documents as padded ids, cut to the block_size characters an example can read.
         self.doc_lengths = np.array([len(d) for d in self.data], dtype=np.int64)
         self.doc_ids = np.zeros((len(self.data), block_size), dtype=np.int64)
         for i, d in enumerate(self.data):
             self.doc_ids[i, : min(len(d), block_size)] = self.vocab.encode(d[:block_size])
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The handout's interface: one corrupted example of document idx, drawn from Python's `random`."""
+        """The handout's interface: one corrupted example of document idx, seeded from Python's `random`."""
         rng = np.random.default_rng(random.getrandbits(64))
         ids = torch.from_numpy(self.corrupted_ids(np.array([idx]), rng)[0][0])
         return ids[:-1], ids[1:]
 
     def corrupted_ids(self, doc_index: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """The handout's span corruption of the documents doc_index (N,), all at once: each is cut to a random length L
-        in 4..7/8 of the block, and a span of random length m in 1..L/2-1 starting at a random a is moved to the end:
-        `prefix MASK suffix MASK span`, then PAD. Returns (ids (N, block_size), real_len (N,): characters not PAD)."""
+        """The handout's span corruption of documents doc_index (N,): each is cut to a random length L in
+        4..7/8 of the block, and a random span (length m in 1..L/2-1, start a) moves to the end:
+        `prefix MASK suffix MASK span`, then PAD. Returns ids (N, block_size) and real_len (N,), the non-PAD count."""
         n = len(doc_index)
         L = np.minimum(self.doc_lengths[doc_index], rng.integers(4, max_truncated_len(self.block_size) + 1, n))
         m = rng.integers(1, np.maximum(1, L // 2 - 1) + 1)
         a = rng.integers(0, np.maximum(0, L - m) + 1)
         L, m, a = L[:, None], m[:, None], a[:, None]
         p = np.arange(self.block_size)[None, :]
-        # Position p of the output takes document character src[p] (or a marker):
+        # Output position p takes document character src[p] (or a marker):
         # prefix [0, a) -> p; suffix (a, L-m] -> p-1+m; span [L-m+2, L+2) -> a+p-(L-m+2).
         src = np.where(p < a, p, np.where(p <= L - m, p - 1 + m, a + p - (L - m + 2)))
         src = np.clip(src, 0, self.block_size - 1)
@@ -173,13 +167,12 @@ class CharCorruptionDataset(BatchedDataset):
         return ids, ids, real_len
 
 
-# ---------------------------------------------------------------------------
 # Finetuning and evaluation: "Where was X born?<TAB>Place"
 
 
 @dataclass
 class Question:
-    """One line of a birth-place file: the question, its gold place (or None) and its 1-based line number."""
+    """One line of a birth-place file: the question, its gold place (or None) and its 1-based line."""
 
     text: str
     place: str | None
@@ -187,9 +180,8 @@ class Question:
 
 
 def read_questions(path: str | Path, require_place: bool) -> list[Question | None]:
-    """Parse a birth-place TSV: one entry per line of the file, None for a blank one. Lines are `question<TAB>place`,
-    or just `question` when require_place is False; either every non-blank line has a place or none has. A missing
-    final newline is fine; malformed lines are a UserError naming file and line."""
+    """Parse a birth-place TSV into one entry per line, None for a blank one. Lines are `question<TAB>place`, or
+    `question` if not require_place, and all or none have a place. Bad lines are a UserError naming file and line."""
     lines = read_text(path).removesuffix("\n").split("\n")  # a final newline ends the last line, starts none
     out: list[Question | None] = []
     for n, raw in enumerate(lines, start=1):
@@ -219,19 +211,18 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
 
 
 def score_places(questions: list[Question], predictions: list[str]) -> tuple[int, int]:
-    """(total, correct) of predictions (one per question) against the questions' gold places; questions without a
-    place count as zero, as in the handout: a test-inputs file scores (0, 0)."""
+    """(total, correct) of predictions (one per question) against the gold places, counting only questions with a
+    place, as the handout does."""
     pairs = [(p, q.place) for p, q in zip(predictions, questions, strict=True) if q.place is not None]
     return len(pairs), sum(p == gold for p, gold in pairs)
 
 
 class NameDataset(BatchedDataset):
-    """Finetuning examples `question MASK place MASK`, padded: ds[i] -> (x, y), LongTensors of length block_size - 1;
-    y is PAD over the question, so that only the answer (MASK, the place and the closing MASK) is trained."""
+    """Finetuning examples `question MASK place MASK`, padded: ds[i] -> (x, y) as in CharCorruptionDataset, but y
+    is PAD over the question, so only the answer (the place and its MASKs) is trained."""
 
     def __init__(self, pretraining_dataset: CharCorruptionDataset, source: str | Path | list[Question]):
-        """source: a question<TAB>place file, or the questions themselves (the recite protocol's reader
-        trains on recitations in place of questions)."""
+        """source: a question<TAB>place file, or a list of questions (for a recite reader, recitations)."""
         self.vocab = pretraining_dataset.vocab
         self.block_size = pretraining_dataset.block_size
         self.example_length = self.block_size - 1
@@ -261,10 +252,8 @@ class NameDataset(BatchedDataset):
 
 
 def micro_batches(x: torch.Tensor, y: torch.Tensor, size: int) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
-    """(x, y, share of the targets) parts of a batch x, y (B, T): all of it (size 0, or at least B), or its rows in
-    groups of `size` by where their targets end, each group cropped there (utils.crop_width): for a loss that is a
-    mean over the targets that are not PAD (0), as GPT's is, from a causal model, the shares weigh the parts' losses
-    into the whole batch's."""
+    """Parts (x, y, share of the targets) of a batch x, y (B, T): all of it (size 0 or >= B), or rows in groups of
+    `size` by where their targets end, cropped there. The shares weigh a mean loss over non-PAD targets."""
     if not size or size >= len(x):
         return [(x, y, 1.0)]
     targets = y != 0  # (B, T)
@@ -273,12 +262,12 @@ def micro_batches(x: torch.Tensor, y: torch.Tensor, size: int) -> list[tuple[tor
     for rows in torch.argsort(ends, stable=True).split(size):
         width = crop_width(int(ends[rows].max()), y.size(1))
         count = targets[rows, :width].sum()
-        if count:  # a part without targets adds nothing (and its mean loss would be NaN)
+        if count:  # a part without targets adds nothing (its mean loss would be NaN)
             parts.append((x[rows, :width], y[rows, :width], count / total))
     return parts
 
 
-# How an epoch's examples are ordered into batches ("shuffled", random batches, lost to bucketing: bench/RESEARCH.md 2):
-#   "bucketed": shuffled, then grouped by length (the default: least padding);
-#   "file":     the corpus's own order, the same batches every epoch, as the handout's unshuffled DataLoader.
+# Batch orders (a third, plain random batches, lost to bucketing: bench/RESEARCH.md 2):
+#   "bucketed": shuffled, then grouped by length for the least padding (the default);
+#   "file":     the corpus's order, as the handout's unshuffled DataLoader.
 ORDERS = ("bucketed", "file")

@@ -1,7 +1,6 @@
-"""Decoding: `predict` gives greedy answers to questions, `continue_text` the recite protocol's recollections. Both
-continue prompts of one length together with GPT.generate and its key/value caches (`continue_prompts`): exactly the
-answers of the handout's loop, which decodes one question at a time and recomputes the whole prefix for every
-character (bench/course.py; tested)."""
+"""Decoding: `predict` gives greedy answers, `continue_text` the recite protocol's recollections. Prompts of one length
+decode together through GPT.generate's key/value caches, giving exactly the answers of the handout's one-at-a-time
+loop (bench/course.py; tested)."""
 
 from __future__ import annotations
 
@@ -14,12 +13,12 @@ from dataset import MASK_CHAR, Vocabulary
 from model import GPT
 from utils import Progress
 
-MAX_ANSWER_CHARS = 32  # greedy decoding stops after this many characters, as in the handout
+MAX_ANSWER_CHARS = 32  # the handout's limit on an answer's length
 BATCH = 256  # prompts continued together
 
 
 def answer_limit(prompt_len: int, block_size: int, max_answer_chars: int = MAX_ANSWER_CHARS) -> int:
-    """How many tokens (closing MASK included) decoding may generate after a prompt of prompt_len tokens."""
+    """How many tokens, the closing MASK included, may follow a prompt of prompt_len tokens."""
     return max(0, min(max_answer_chars, block_size - prompt_len))
 
 
@@ -32,10 +31,8 @@ def continue_prompts(
     stop_id: int | None = None,
     what: str = "continuing",
 ) -> list[list[int]]:
-    """Greedy continuations of `prompts` (lists of ids) by new_tokens(prompt length) tokens each (none if that is not
-    positive): prompts of one length continue together, BATCH at a time (GPT.generate, with `constrain`; with
-    `stop_id` a batch ends once each of its rows has produced it, so a row may run on past its own). Progress lines
-    start with `what`. Returns the new ids of each prompt."""
+    """The new ids of greedy continuations of `prompts`, new_tokens(prompt length) tokens each, BATCH prompts of one
+    length at a time. A batch ends once each row has produced `stop_id`, so a row may run past its own."""
     out: dict[int, list[int]] = {}  # by prompt
     progress = Progress(what, len(prompts))
     for n in sorted({len(p) for p in prompts if new_tokens(len(p)) > 0}):
@@ -49,9 +46,8 @@ def continue_prompts(
 
 
 def keep_spans(logits: torch.Tensor, rows: list[list[int]], stop_id: int) -> torch.Tensor:
-    """logits (b, V) with -inf for every token that would not keep each row's answer a span of its text, a row being
-    `text stop_id answer-so-far`: allowed are the tokens that follow an occurrence of the answer in the text, and
-    stop_id once the answer holds a token (an answer already closed by stop_id is left only stop_id)."""
+    """logits (b, V) with -inf for the tokens that would make a row's answer no longer a span of its text. A row is
+    `text stop_id answer`, and stop_id is allowed once the answer is not empty."""
     allowed = torch.zeros_like(logits, dtype=torch.bool)
     for b, row in enumerate(rows):
         text, so_far = row[: row.index(stop_id)], row[row.index(stop_id) + 1 :]
@@ -62,8 +58,8 @@ def keep_spans(logits: torch.Tensor, rows: list[list[int]], stop_id: int) -> tor
 
 
 def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.device, copy: bool = False) -> list[str]:
-    """Greedy answers, one per question: each question + MASK is continued until the next MASK (or 32 characters, or
-    the block's end). With `copy`, every answer is a span of its own question text (keep_spans)."""
+    """Greedy answers: each question + MASK continued until the next MASK or answer_limit. With `copy`, each answer
+    is a span of its question."""
     mask_id, block = vocab.stoi[MASK_CHAR], model.get_block_size()
     prompts = [vocab.encode(q + MASK_CHAR) for q in questions]
     copying = (lambda logits, idx: keep_spans(logits, idx.tolist(), mask_id)) if copy else None
@@ -73,12 +69,15 @@ def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.d
 
 
 def continue_text(
-    model: GPT, vocab: Vocabulary, prompts: list[str], length: int, banned: list[str], device: torch.device,
+    model: GPT,
+    vocab: Vocabulary,
+    prompts: list[str],
+    length: int,
+    banned: list[str],
+    device: torch.device,
     what: str = "continuing",
-) -> list[str]:  # fmt: skip
-    """Greedy continuation of each prompt to `length` characters in all (the prompt included, cut there if longer),
-    never choosing a character of `banned`: (N prompts) -> N strings of `length` characters. Progress lines start
-    with `what`."""
+) -> list[str]:
+    """Each prompt continued greedily to `length` characters (a longer one is cut), never choosing one of `banned`."""
     banned_ids = torch.tensor([vocab.stoi[c] for c in banned], dtype=torch.long, device=device)
     encoded = [vocab.encode(p, where=f"prompt {p!r}") for p in prompts]
     end, ban = min(length, model.get_block_size()), lambda logits, _: logits.index_fill(1, banned_ids, -math.inf)

@@ -1,5 +1,5 @@
-"""TensorBoard for a run.py command: one folder per run, named after what it did, holding its scalars and its
-resolved config (as text, and as hparams beside what it found); removed again when the command fails."""
+"""TensorBoard for a run.py command: one folder per run, named after what it did, with its scalars and config.
+A failed command removes it."""
 
 from __future__ import annotations
 
@@ -17,13 +17,12 @@ from torch.utils.tensorboard import SummaryWriter
 from config import RunConfig
 from params import read_sidecar
 from trainer import TrainingInterrupted
-from utils import UserError, folders_to_make, no_thread_tracebacks_for_os_errors
+from utils import folders_to_make, no_thread_tracebacks_for_os_errors, write_failure
 
 
 def run_role(args: RunConfig) -> str:
-    """What a run does, as its folder says: pretrain, finetune-scratch, finetune, reader, or
-    evaluate-<how>-<eval corpus>, how being direct, scratch (params finetuned without pretraining) or recite
-    (a reader)."""
+    """What a run does, for its folder name: pretrain, finetune, finetune-scratch, reader, or
+    evaluate-<direct|scratch|recite>-<eval corpus>, where scratch params were finetuned without pretraining."""
     if args.function == "pretrain":
         return "pretrain"
     if args.function == "finetune":
@@ -37,8 +36,7 @@ def run_role(args: RunConfig) -> str:
 
 
 def run_folder(args: RunConfig) -> Path:
-    """<tb_dir>/<name>_<variant>_<role>_seed<seed>_<start time> (tb_dir: expt/<function> unless given; role:
-    run_role), never shared."""
+    """A new folder for the run, named after its config, role and start time."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     parent = Path(args.tb_dir) if args.tb_dir else Path("expt") / args.function
     base = parent / f"{args.tb_expt_name}_{args.variant}_{run_role(args)}_seed{args.seed}_{stamp}"
@@ -51,12 +49,11 @@ def run_folder(args: RunConfig) -> Path:
 
 @contextlib.contextmanager
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
-    """Inside: (a writer to the run's folder, a dict the command fills with what it found), logged as hparams beside the
-    config at the end. A failure (not an interruption, which may resume) removes the folder and those above it that this
-    run made (never one that was there before); an OS error (a full disk) becomes one line."""
+    """Yields a writer to the run's folder and a dict of what the command found, logged as hparams at the end.
+    A failure other than a resumable interruption removes the folders this run made; an OS error becomes one line."""
     folder, writer, found = run_folder(args), None, {}
-    made = folders_to_make(folder)  # innermost first: the run's folder, then parents it creates
-    with no_thread_tracebacks_for_os_errors():  # the error is said once, in one line, below
+    made = folders_to_make(folder)  # the run's folder first
+    with no_thread_tracebacks_for_os_errors():
         try:
             writer = SummaryWriter(log_dir=str(folder))
             print(f"TensorBoard logs: {folder} (tensorboard --logdir {folder.parent.parent})")
@@ -68,9 +65,9 @@ def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
             writer.close()  # writes what is buffered: a full disk shows here
         except TrainingInterrupted:
             writer.close()
-            raise  # resumable: its logs stay
+            raise
         except BaseException as e:
-            if writer is not None:  # first, so that its thread writes no more into the folder
+            if writer is not None:  # first, so that its thread stops writing into the folder
                 with contextlib.suppress(Exception):
                     writer.close()
             shutil.rmtree(folder, ignore_errors=True)
@@ -78,5 +75,5 @@ def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
                 with contextlib.suppress(OSError):  # another run may have started inside it meanwhile
                     parent.rmdir()
             if isinstance(e, OSError):
-                raise UserError(f"{e.filename or folder}: cannot be written ({e.strerror or e})") from None
+                raise write_failure(e, folder) from None
             raise

@@ -1,8 +1,6 @@
-"""Machine policy: the choices made by measuring the machine a run is on, in one place: the device (`pick_device`),
-the precision and micro-batches (`measured`: torch calls bf16 "supported" on CPUs that only emulate it, several times
-slower than fp32; micro-batches are free on a CPU, kernel launches multiplied on a GPU) and a long CPU run's threads
-(`ThreadChooser`: another process holding a core makes a step spread over every core wait). The trainer receives the
-decisions (TrainerConfig.bf16 and micro_batch), and flags override them.
+"""Machine policy, decided by measuring the machine a run is on: the device, the precision and micro-batches
+(`choose`; torch calls bf16 "supported" on CPUs that only emulate it, several times slower) and a long CPU run's
+threads (`ThreadChooser`). The trainer gets the decisions in its TrainerConfig, and flags override them.
 """
 
 from __future__ import annotations
@@ -30,35 +28,43 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast (fp32 master weights) for `precision` "bf16", else ("fp32") a no-op."""
+    """bf16 autocast (fp32 master weights) for precision "bf16"; a no-op for "fp32"."""
     bf16 = precision == "bf16"
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
+# torch.compile's backend; tests use "aot_eager", which generates no code.
+COMPILE_BACKEND = "inductor"
+
+
+def compiled(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """`model` compiled whole for batches of one shape; on CUDA, in CUDA graphs, to save the kernel launches."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    return torch.compile(model, mode=mode, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND)
+
+
 def on_device(batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """The (x, y) batches copied to `device` in one transfer (pinned on CUDA, not waited for): one copy
-    an epoch instead of two a step, where a GPU waits on the host. Returns views of the copy, in the same shapes."""
+    """The (x, y) batches copied to `device` in one transfer rather than two a step, as views of the copy."""
     flat = torch.cat([t.reshape(-1) for pair in batches for t in pair])
     flat = flat.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else flat.to(device)
     parts = iter(flat.split([t.numel() for pair in batches for t in pair]))
     return [(next(parts).view(x.shape), next(parts).view(y.shape)) for x, y in batches]
 
 
-# ---------------------------------------------------------------------------
 # Precision and micro-batches
 
-WIDTH = 256  # the handout model's n_embd: the probe is its MLP, (rows, 256) x (256, 1024) and back
-PROBE_ROWS = {"cpu": 1024, "cuda": 16384}  # positions per pass: a GPU needs a whole batch's to be busy
+WIDTH = 256  # the handout's n_embd: the probe is its MLP
+PROBE_ROWS = {"cpu": 1024, "cuda": 16384}  # a GPU needs a whole batch's positions to be busy
 PROBE_PARTS = 4  # a handout batch of 128 rows in micro-batches of MICRO_BATCH
 MICRO_BATCH = 32
 PROBE_SECONDS = 1.0
-SPLIT_LIMIT = 1.5  # micro-batches only where the same work in PROBE_PARTS parts costs less than this much more
+SPLIT_LIMIT = 1.5  # the split cost below which micro-batches pay
 
 
 @dataclass(frozen=True)
 class Measured:
-    """What `measured` found: GFLOP/s of the probe in each precision, the time of the probe in PROBE_PARTS parts over
-    the time in one (in fp32: the overhead of more, smaller calls), and when and how it was found."""
+    """What `measured` found: GFLOP/s in each precision, the split cost (the probe's time in PROBE_PARTS parts over
+    its time in one), and when and how."""
 
     bf16_gflops: float
     fp32_gflops: float
@@ -73,16 +79,15 @@ class Measured:
 
 
 def measure(device: torch.device) -> Measured:
-    """Time the probe's forward and backward in fp32, under bf16 autocast, and in fp32 in PROBE_PARTS parts, in
-    turn for PROBE_SECONDS (three rounds at least), and keep the best of each: the first rounds pay for the
-    process's warm-up (the allocator adapting, kernels made), which should burden neither precision. On a
-    CPU it runs on one thread: what one core does in each precision, which another process busy on
-    another core (that would make every thread of a wider matmul wait) does not change."""
+    """Time the probe's forward and backward in fp32, in bf16 and in PROBE_PARTS parts, in turn for PROBE_SECONDS
+    (three rounds at least), keeping the best of each so that warm-up burdens none; on a CPU, on one thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     g, rows = torch.Generator().manual_seed(0), PROBE_ROWS.get(device.type, PROBE_ROWS["cpu"])
-    x, w1, w2 = (torch.randn(*s, generator=g).div(s[0] ** 0.5).to(device).requires_grad_() for s in
-                 ((rows, WIDTH), (WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)))  # fmt: skip
+    x, w1, w2 = (
+        torch.randn(*s, generator=g).div(s[0] ** 0.5).to(device).requires_grad_()
+        for s in ((rows, WIDTH), (WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH))
+    )
 
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
 
@@ -107,8 +112,8 @@ def measure(device: torch.device) -> Measured:
 
 
 def kernels() -> str:
-    """The kernels torch runs on this CPU: ATen's capability, and the settings that hold oneDNN's and MKL's lower
-    (the same CPU measures otherwise under each: bf16 is emulated where oneDNN is held below AVX512_CORE_BF16)."""
+    """The kernels torch runs on this CPU: ATen's capability and any caps on oneDNN's and MKL's, which change what
+    the CPU measures."""
     held = [f"{k}={os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)]
     return ", ".join([f"kernels {torch.backends.cpu.get_cpu_capability()}", *held])
 
@@ -117,14 +122,18 @@ def machine_key(device: torch.device) -> str:
     """What a measurement holds for: the CPU, its cores and kernels, the device and torch."""
     cpu = cpu_info()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu.get("model name")
-    parts = [name or platform.processor(), f"family {cpu.get('cpu family')} model {cpu.get('model')}",
-             f"{os.cpu_count()} cores", kernels(), f"torch {torch.__version__}"]  # fmt: skip
+    parts = [
+        name or platform.processor(),
+        f"family {cpu.get('cpu family')} model {cpu.get('model')}",
+        f"{os.cpu_count()} cores",
+        kernels(),
+        f"torch {torch.__version__}",
+    ]
     return f"{device.type}: " + ", ".join(parts)
 
 
 def cache_path() -> Path | None:
-    """$XDG_CACHE_HOME/birthplace-gpt/machine.json, where XDG_CACHE_HOME is ~/.cache when unset, empty or relative
-    (the XDG rule); None where there is no absolute home to hold it."""
+    """$XDG_CACHE_HOME/birthplace-gpt/machine.json (~/.cache when unset or relative); None without an absolute home."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         home = os.path.expanduser("~")  # "~" itself when no home can be found
@@ -135,8 +144,8 @@ def cache_path() -> Path | None:
 
 
 def cached_entry(entry: object) -> Measured | None:
-    """A cache entry as a Measured, or None unless each rate is a finite number in (0, 1e6] (no core reaches a
-    PFLOP/s; a split costing a thousand times the whole is no measurement) and the date a string."""
+    """A cache entry as a Measured, or None unless its date is a string and its numbers are plausible: GFLOP/s in
+    (0, 1e6], the split cost in (0, 1e3]."""
     if not isinstance(entry, dict) or not isinstance(entry.get("date"), str):
         return None
     rates = [entry.get(k) for k in ("bf16_gflops", "fp32_gflops", "split_cost")]
@@ -149,9 +158,8 @@ _decided: dict[str, Measured] = {}  # this process's, by machine key
 
 
 def measured(device: torch.device) -> Measured:
-    """This machine's measurement: from this process, the cache (written for this very machine), or measured
-    now and cached. The cache is data from outside: a damaged entry is measured over; a path that is no
-    regular file (a link, a FIFO), a folder that cannot be written, or no home only cost a second next time."""
+    """This machine's measurement: from this process, from the cache, or measured now and cached. A damaged or
+    unusable cache only costs a second."""
     key = machine_key(device)
     if key in _decided:
         return _decided[key]
@@ -176,46 +184,45 @@ def measured(device: torch.device) -> Measured:
 
 
 def choose(device: torch.device, fp32: bool = False, micro_batch: int | None = None, say: bool = True) -> dict:
-    """What training on `device` uses, as a params sidecar records it: the precision ("bf16" or "fp32", the
-    faster as measured; `fp32` forces fp32) with the two rates it was decided on, and the micro-batch rows of
-    the handout's file order (measured; `micro_batch` overrides). `say` prints it in one line."""
+    """What training on `device` uses, as a params sidecar records it: the faster precision (`fp32` forces fp32),
+    both rates, and the micro-batch rows (`micro_batch` overrides). `say` prints it."""
     m = measured(device)
     chosen = "bf16" if m.bf16_gflops > m.fp32_gflops and not fp32 else "fp32"
     why = "--fp32" if fp32 else "bf16 is emulated here" if chosen == "fp32" else "faster here"
     rows = m.micro_batch if micro_batch is None else micro_batch
     if say:
-        print(f"precision: {chosen} ({why}: bf16 {m.bf16_gflops:.0f} against fp32 {m.fp32_gflops:.0f} GFLOP/s a core, "
-              f"{m.source} {m.date}); micro-batches of the file order: {rows or 'none'}")  # fmt: skip
-    return {"precision": chosen, "bf16_gflops": round(m.bf16_gflops, 1), "fp32_gflops": round(m.fp32_gflops, 1),
-            "micro_batch": rows}  # fmt: skip
+        print(
+            f"precision: {chosen} ({why}: bf16 {m.bf16_gflops:.0f} against fp32 {m.fp32_gflops:.0f} GFLOP/s a core, "
+            f"{m.source} {m.date}); micro-batches of the file order: {rows or 'none'}"
+        )
+    return {
+        "precision": chosen,
+        "bf16_gflops": round(m.bf16_gflops, 1),
+        "fp32_gflops": round(m.fp32_gflops, 1),
+        "micro_batch": rows,
+    }
 
 
-# ---------------------------------------------------------------------------
 # Threads, chosen while a long CPU run trains (see bench/RESEARCH.md)
 
-TRY_STEPS = 6  # steps timed on the other count when the two are compared
-TRY_EVERY = 30.0  # training seconds between tries of the other count; doubled after each try it loses, up to
-TRY_EVERY_MAX = 120.0  # ... this, and back to TRY_EVERY as soon as steps take SLOWDOWN times as long as before
+TRY_STEPS = 6  # steps timed on the other count in a try
+TRY_EVERY = 30.0  # training seconds between tries; doubled after each lost try, up to
+TRY_EVERY_MAX = 120.0  # ... this; back to TRY_EVERY once steps take SLOWDOWN times as long
 SLOWDOWN = 1.3
-SWITCH_MARGIN = 1.1  # the other count must be this much faster to be kept: noise does not flip the choice
+SWITCH_MARGIN = 1.1  # the other count must be this much faster, so noise does not flip the choice
 
 
 class ThreadChooser:
-    """Keeps torch's CPU thread count at the faster of `threads` and half of it, as measured.
-
-    after_step(seconds, tokens, now) takes each step's duration, its size in tokens and the training
-    time so far. Every TRY_EVERY seconds (at once when steps slow down) it trains TRY_STEPS steps on
-    the other count and compares each with the latest step of the same size on the current one (batches
-    differ in length, so only steps of one size compare); it keeps the other count when the median of
-    those ratios says it is faster. Returns the line to print when the choice changes, else None.
-    """
+    """Keeps torch's CPU thread count at the faster of `threads` and half of it (a process holding a core makes a
+    step spread over every core wait): every TRY_EVERY seconds, or when steps slow down, it tries TRY_STEPS steps on
+    the other count against the latest of the same size, and keeps the faster by their median ratio."""
 
     def __init__(self, threads: int):
         self.counts = (threads, max(1, threads // 2))
         self.home = threads  # the count in use between tries
-        self.latest: dict[int, float] = {}  # seconds of the latest home step of each size
-        self.confirmed: dict[int, float] = {}  # the same when the home count last won a comparison
-        self.try_ratios: list[float] = []  # the running try's steps against `latest`
+        self.latest: dict[int, float] = {}  # seconds of the latest home step, by size
+        self.confirmed: dict[int, float] = {}  # the same when the home count last won
+        self.try_ratios: list[float] = []  # this try's steps against `latest`
         self.pace_ratios: list[float] = []  # the latest home steps against `confirmed`
         self.tried_steps = 0
         self.interval = self.next_try = TRY_EVERY
@@ -223,6 +230,7 @@ class ThreadChooser:
         self.switches = 0
 
     def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
+        """Take a step's seconds, size and training time so far; returns a line to print if the choice changes."""
         if self.warming:
             self.warming = False
             return None
@@ -245,7 +253,7 @@ class ThreadChooser:
         return None
 
     def decide(self, ratio: float, now: float) -> str | None:
-        """After a try whose steps took `ratio` times as long as the home count's: keep the faster count."""
+        """Keep the faster count after a try whose steps took `ratio` times as long as the home count's."""
         tried, line = torch.get_num_threads(), None
         if ratio * SWITCH_MARGIN < 1.0:
             line = f"training on {plural(tried, 'thread')} instead of {self.home}: {1 / ratio:.1f}x as fast now"

@@ -1,9 +1,7 @@
-"""The GPT in the course's three variants: vanilla (a stack of causal blocks over a learned position table), perceiver
-(the 2023 handout: the middle blocks run on a short learned bottleneck) and rope (the 2024 handout: no position table;
-rotary embeddings turn queries and keys by their positions).
+"""The GPT in the course's three variants: vanilla (a learned position table), perceiver (2023 handout: the middle
+blocks run on a short learned bottleneck) and rope (2024 handout: rotary embeddings instead of the position table).
 
-Names of modules and parameters follow the course handout exactly, so a `state_dict` saved here loads strictly into the
-handout model and back.
+Parameter names follow the course handout exactly, so a `state_dict` loads strictly into the handout model and back.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ class GPTConfig:
     embd_pdrop: float = 0.1
     resid_pdrop: float = 0.1
     attn_pdrop: float = 0.1
-    variant: str = "vanilla"  # one of VARIANTS (see the module's docstring)
+    variant: str = "vanilla"
     bottleneck_dim: int = 32  # the perceiver's bottleneck length m
 
     def __post_init__(self) -> None:
@@ -42,8 +40,8 @@ class GPTConfig:
 
 
 def add_sublayers(block: nn.Module, config: GPTConfig, attn_class: type, length: int, **options: bool) -> None:
-    """Give `block` the handout's sublayers, in its order: ln1, ln2, attn (`attn_class` over `length` positions)
-    and mlp, a position-wise GELU MLP of width 4 * n_embd (indices 0 and 2 are the handout's names)."""
+    """Give `block` the handout's sublayers, made in its order: ln1, ln2, attn over `length` positions, and a
+    GELU mlp."""
     block.ln1 = nn.LayerNorm(config.n_embd)
     block.ln2 = nn.LayerNorm(config.n_embd)
     block.attn = attn_class(config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, **options)
@@ -68,11 +66,9 @@ class Block(nn.Module):
 
 
 class DownProjectBlock(nn.Module):
-    """Cross-attention from a learned basis C (1, m, C) onto the input, as the handout writes it (the input itself is
-    not normalised): (B, T, C) -> (B, min(m, T), C). Bottleneck position i attends to input positions <= i, so no
-    output ever depends on a later input token. An input shorter than m (T < m) gets only the first T bottleneck
-    positions: the up-projection lets output t read bottleneck positions <= t < T only, so the others cannot change
-    any output (tested against the handout's, which computes all m: bench/course.py)."""
+    """Cross-attention from a learned basis C (1, m, C) onto the unnormalised input, as in the handout:
+    (B, T, C) -> (B, min(m, T), C); bottleneck position i attends to inputs <= i. Output t reads only positions
+    <= t, so for T < m only T positions are computed."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -81,9 +77,8 @@ class DownProjectBlock(nn.Module):
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
     def forward(self, x_input: torch.Tensor, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
-        """With a cache (decoding): new inputs (B, T, C) at positions start.. -> the bottleneck positions they add
-        (B, T', C): input position p < m brings bottleneck position p (which sees inputs <= p, all known now), one
-        past m brings none, and earlier bottleneck positions cannot change."""
+        """With a cache (decoding): new inputs (B, T, C) at positions start.. -> the bottleneck positions p < m
+        they complete (B, T', C)."""
         m = self.C.size(1)
         C = self.C[:, min(start, m) : min(start + x_input.size(1), m)].expand(x_input.size(0), -1, -1)
         x = C + self.attn(x_input, self.ln1(C), cache, min(start, m))
@@ -91,32 +86,30 @@ class DownProjectBlock(nn.Module):
 
 
 class UpProjectBlock(nn.Module):
-    """Cross-attention from the input positions onto the bottleneck, as the handout writes it: (B, m, C), (B, T, C) ->
-    (B, T, C). Input position i attends to bottleneck positions <= i."""
+    """Cross-attention from the inputs onto the bottleneck, as in the handout: (B, m, C), (B, T, C) -> (B, T, C).
+    Input position i attends to bottleneck positions <= i."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
     def forward(self, y: torch.Tensor, x_input: torch.Tensor, start: int = 0, cache: KVCache | None = None):
-        """With a cache (decoding): the bottleneck positions y (B, T', C) that inputs x_input (B, T, C) at positions
-        start.. added (down-projection)."""
+        """With a cache, y (B, T', C) holds only the bottleneck positions that x_input (B, T, C) completed."""
         x = x_input + self.attn(self.ln1(y), x_input, cache, start)
         return x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):
-    """Character-level GPT. forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None), the loss
-    cross-entropy with PAD (id 0) ignored. T may be anything up to block_size; a shorter T computes the same logits for
-    its positions. With `caches` (from new_caches) idx holds the next T tokens of every row, placed after the cached
-    positions (fast greedy decoding, every variant)."""
+    """Character-level GPT: forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None); the
+    loss is a cross-entropy that ignores PAD (id 0). Any T up to block_size gives the same logits for its positions.
+    With `caches` (new_caches), idx holds each row's next T tokens, for fast decoding."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
         if config.variant != "rope":
-            # Zero-initialised like the handout's (minGPT's) position table.
+            # Zero-initialised, as in the handout (minGPT).
             self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = Dropout(config.embd_pdrop)
         if config.variant == "perceiver":
@@ -151,7 +144,7 @@ class GPT(nn.Module):
             x = x + self.pos_emb[:, start:end]
         x = self.drop(x)
         perceiver = self.config.variant == "perceiver"
-        if caches is None:  # every layer computes its whole input
+        if caches is None:
             caches = [None] * (len(self.blocks) + 2 * perceiver)
         if perceiver:
             down, *middle, up = caches
@@ -180,11 +173,11 @@ class GPT(nn.Module):
         constrain: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         stop_id: int | None = None,
     ) -> torch.Tensor:
-        """Continue each row of idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens), as minGPT's
-        generate: the likeliest token, or (do_sample) one drawn from softmax(logits / temperature) among the
-        top_k. constrain(logits (B, V), idx so far) may set some logits to -inf first; with `stop_id` it ends
-        early, once every row has produced it. Key/value caches while the rows fit the block; past it, every
-        token recomputes the last block_size positions, as the handout's sampler does."""
+        """Continue each row of idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens), greedily unless
+        do_sample, as minGPT does. constrain(logits (B, V), idx so far) may first set logits to -inf; decoding stops
+        once every row has produced `stop_id`. Past the block, each token recomputes the last block_size positions,
+        as the handout does. It decodes in eval mode and restores the model's mode."""
+        training = self.training
         self.eval()
         block = self.config.block_size
         caches = self.new_caches()
@@ -208,10 +201,11 @@ class GPT(nn.Module):
                 stopped |= next_ids[:, 0] == stop_id
                 if stopped.all():
                     break
+        self.train(training)
         return idx
 
     def new_caches(self) -> list[KVCache]:
-        """Empty KV caches for decoding: one per block (perceiver: inputs, each bottleneck block, bottleneck outputs)."""
+        """Empty KV caches for decoding, one per block (perceiver: also the down- and up-projections)."""
         if self.config.variant == "perceiver":
             m = self.config.bottleneck_dim
             return [KVCache(self.config.block_size), *[KVCache(m) for _ in self.blocks], KVCache(m)]

@@ -1,5 +1,5 @@
-"""Optimizers: the handout's AdamW with its weight-decay rule, and Muon for the blocks' matrices (the CPU recipe: it
-stored facts faster per epoch; see bench/RESEARCH.md). `make_optimizer` builds what the trainer steps."""
+"""Optimizers: the handout's AdamW, and Muon for the blocks' matrices, which stored facts faster per epoch on a CPU
+(bench/RESEARCH.md). `make_optimizer` builds what the trainer steps."""
 
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ import torch
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A cheap approximation of U Vᵀ for a 2-D matrix = U S Vᵀ: the same singular vectors, every
-    singular value pushed into roughly 0.7–1.2 by a quintic Newton–Schulz iteration computed in
-    `dtype`. Returns a tensor of matrix's shape and dtype."""
+    """Roughly U Vᵀ for a 2-D matrix U S Vᵀ: a quintic Newton–Schulz iteration in `dtype` pushes every singular
+    value into about 0.7–1.2. Returns a tensor of matrix's shape and dtype."""
     # Jordan's coefficients (2024): the steepest slope at zero for which five steps still land near 1.
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(dtype)
     tall = x.size(0) > x.size(1)
     x = x.T if tall else x  # iterate on the short side's Gram matrix, the cheaper one
-    x = x / (x.norm() + 1e-7)  # the Frobenius norm bounds the largest singular value: all now <= 1
+    x = x / (x.norm() + 1e-7)  # now every singular value is <= 1
     for _ in range(steps):
         gram = x @ x.T
         x = a * x + (b * gram + c * gram @ gram) @ x
@@ -26,21 +25,17 @@ def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = tor
 
 
 def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """`orthogonalize(matrix, steps)` computed in at least fp32 from one eigendecomposition instead of `steps` rounds of
-    matmuls: on a CPU without native bf16 the cheaper of the two, and close to the iteration (bench/RESEARCH.md; tests
-    compare the two). Returns a tensor of matrix's shape and dtype.
-
-    Each Newton–Schulz step maps every singular value s to s·(a + b·s² + c·s⁴) and keeps the singular vectors. So with
-    X Xᵀ = U diag(λ) Uᵀ for the normalised short-side X (λ = s²), the whole iteration is U diag(r) Uᵀ X, where r is the
-    product of those factors over the steps, computed per eigenvalue.
-    """
+    """`orthogonalize(matrix, steps)` in at least fp32 from one eigendecomposition (cheaper on a CPU without native
+    bf16): each Newton–Schulz step maps a singular value s to s·(a + b·s² + c·s⁴), keeping the singular vectors,
+    so with X Xᵀ = U diag(s²) Uᵀ for the normalised short-side X the iteration is U diag(r) Uᵀ X, r the product of
+    those factors."""
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(torch.promote_types(matrix.dtype, torch.float32))  # fp32, or float64 for float64
     tall = x.size(0) > x.size(1)
     x = x.T if tall else x
     x = x / (x.norm() + 1e-7)
-    # On one thread: LAPACK's eigensolver joins its threads at every block of columns, and beside another busy process
-    # each join waits for a time slice (bench/RESEARCH.md); alone, one thread is about as fast.
+    # On one thread: LAPACK's eigensolver joins its threads often, and beside another busy process each join waits
+    # for a time slice. Alone, one thread is about as fast.
     gram, threads = x @ x.T, torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -59,18 +54,21 @@ def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum whose update is orthogonalised (see
-    `orthogonalize`), so that every direction of the matrix moves by the same amount, rare ones included. The update is
-    scaled by 0.2·sqrt(max(rows, cols)), which gives it the RMS of a typical AdamW step (Liu et al., 2025, "Muon is
-    Scalable for LLM Training"), so AdamW's learning rate and decoupled weight decay carry over unchanged.
-
-    torch.optim.Muon computes the iteration in bf16 whatever the hardware, which is many times slower on a CPU without
-    native bf16 than this fp32 version (bench/RESEARCH.md). spectral=True computes the same iteration with
-    `orthogonalize_spectral` (on a CPU in fp32).
+    """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum with an orthogonalised update, so that
+    every direction moves equally, rare ones included. The scale 0.2·sqrt(max(rows, cols)) gives the update the RMS
+    of an AdamW step (Liu et al., 2025, "Muon is Scalable for LLM Training"), so AdamW's rate and weight decay carry
+    over. It iterates in `ns_dtype` (torch.optim.Muon's bf16 is slow where emulated), or spectrally (`spectral`).
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, weight_decay: float = 0.0,
-                 momentum: float = 0.95, ns_dtype: torch.dtype = torch.float32, spectral: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float,
+        weight_decay: float = 0.0,
+        momentum: float = 0.95,
+        ns_dtype: torch.dtype = torch.float32,
+        spectral: bool = False,
+    ):
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum})
         self.ns_dtype, self.spectral = ns_dtype, spectral
 
@@ -95,8 +93,7 @@ class Muon(torch.optim.Optimizer):
 
 
 class MuonAdamW:
-    """Muon for some parameters and AdamW for the others, stepped as one optimizer: the trainer sets
-    the rate of every group in `param_groups` and saves `state_dict()` in its checkpoints."""
+    """Muon for some parameters and AdamW for the rest, stepped and checkpointed as one optimizer."""
 
     def __init__(self, muon: Muon, adamw: torch.optim.AdamW):
         self.muon, self.adamw = muon, adamw
@@ -126,17 +123,14 @@ def make_optimizer(
     betas: tuple[float, float] = (0.9, 0.95),
     precision: str = "fp32",
 ) -> torch.optim.AdamW | MuonAdamW:
-    """AdamW, the handout's `optimizer` ("adamw"), or Muon for the hidden layers' matmul weights and that AdamW for
-    the rest ("muon"), with peak rate `learning_rate`; which weights decay `decay` says, training computes in `precision`.
-
-    The decay rule ("matmul"): the weight of every nn.Linear decays; biases, LayerNorm parameters, the token embedding
-    table, the position table and the perceiver's learned basis do not (they are looked up or added, not multiplied,
-    so shrinking them towards zero is not a useful prior). "all_but_biases" is the handout's rule. Muon takes every
-    nn.Linear weight except the output layer `head`, which, like the embeddings, stays with AdamW as Muon's authors
-    advise. Frozen parameters (requires_grad False) are in neither.
+    """The handout's AdamW ("adamw"), or Muon for the hidden nn.Linear weights and AdamW for the rest ("muon"), at
+    peak rate `learning_rate`. `decay` "matmul" decays only nn.Linear weights: biases, LayerNorms, embedding tables
+    and the perceiver's basis are looked up or added, not multiplied, so shrinking them is no useful prior;
+    "all_but_biases" is the handout's rule. The output layer `head` stays with AdamW, as Muon's authors advise.
+    Frozen parameters are in neither.
     """
     linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}  # frozen ones stay as they are
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if decay == "matmul":
         decayed = linear
     elif decay == "all_but_biases":
@@ -150,15 +144,13 @@ def make_optimizer(
         {"params": [p for n, p in params.items() if n in decayed - hidden], "weight_decay": weight_decay},
         {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0},
     ]
-    # The fused kernel does the same update in one pass, several times faster than PyTorch's default
-    # (which the handout's trainer uses: bench/course.py).
+    # The fused kernel does the same update several times faster than the default, which the handout uses.
     fused = all(p.device.type in ("cpu", "cuda") for p in params.values())
     adamw = torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused or None)
     matrices = [p for n, p in params.items() if n in hidden]
-    if not matrices:  # "adamw" (hidden is empty), or every hidden matrix frozen: AdamW alone
+    if not matrices:  # "adamw", or every hidden matrix frozen
         return adamw
-    # In bf16 where training computes in bf16 (measured faster), as the forward pass does; in fp32 on a CPU one
-    # eigendecomposition beats five rounds of matmuls, and GPUs keep the iteration.
+    # Muon iterates in bf16 where training does; in fp32 on a CPU, one eigendecomposition beats five rounds of matmuls.
     bf16 = precision == "bf16"
     spectral = not bf16 and matrices[0].device.type == "cpu"
     muon = Muon(

@@ -1,6 +1,5 @@
-"""Params files: a plain state_dict (loadable by the handout's model) and a JSON sidecar beside it that says what model
-it fits and the SHA-256 of the params' bytes; loading checks both and refuses any other model in one line. AddSub and
-the demo save their params the same way (save_with_sidecar, load_verified)."""
+"""Params files: a plain state_dict, which the handout's model loads, and a JSON sidecar recording the model it fits
+and the SHA-256 of its bytes, both checked on loading. AddSub and the demo save theirs the same way."""
 
 from __future__ import annotations
 
@@ -25,18 +24,17 @@ from utils import (
     write_json_atomic,
 )
 
-MODEL_SIZES = ("n_layer", "n_head", "n_embd", "bottleneck_dim")  # the settings a GPT is built with, as sidecars say
+MODEL_SIZES = ("n_layer", "n_head", "n_embd", "bottleneck_dim")  # the sizes a GPT is built with
 
 
 def sidecar_path(params_path: str | Path) -> Path:
-    """The JSON sidecar beside a params file: `<params>.json`."""
+    """The path of a params file's JSON sidecar."""
     return Path(f"{params_path}.json")
 
 
 def save_with_sidecar(obj: object, path: str | Path, sidecar: dict) -> None:
-    """torch.save `obj` to `path` with `sidecar` and the params' SHA-256 in `<path>.json`, both atomically.
-    The sidecar is renamed into place first: a kill between the two leaves the params in their temporary,
-    where read_sidecar finds them."""
+    """torch.save `obj` to `path`, and `sidecar` with the params' SHA-256 to `<path>.json`, both atomically. The
+    sidecar goes first: after a kill between the two, read_sidecar finds the params in their temporary."""
     with contextlib.suppress(UserError):
         read_sidecar(path)  # finishes a killed save before its temporary is removed as stale
 
@@ -47,7 +45,7 @@ def save_with_sidecar(obj: object, path: str | Path, sidecar: dict) -> None:
 
 
 def read_sidecar(path: str | Path) -> dict | None:
-    """The JSON sidecar of a params file, or None if it has none; first finishes a save a kill interrupted."""
+    """The JSON sidecar of a params file, or None; first finishes a killed save."""
     side = sidecar_path(path)
     if not os.path.isfile(side):
         return None
@@ -65,8 +63,8 @@ def read_sidecar(path: str | Path) -> dict | None:
 
 
 def finish_killed_save(path: Path, sha256: object) -> None:
-    """Rename onto params file `path` the temporary a killed save left with the params of SHA-256 `sha256`
-    (its sidecar's), unless `path` holds those already; a one-line note on stderr says so."""
+    """Rename onto `path` the temporary a killed save left with SHA-256 `sha256`, unless `path` already has that
+    hash; a note on stderr says so."""
     if not sha256:
         return
     target = Path(os.path.realpath(path))  # through a symlink, as the save wrote it
@@ -81,25 +79,26 @@ def finish_killed_save(path: Path, sha256: object) -> None:
 
 
 def load_verified(path: str | Path, flag: str = "") -> tuple[object, dict, str]:
-    """(what torch.save wrote to `path`, its sidecar, its SHA-256), after checking the file against the
-    sidecar's SHA-256; params whose sidecar names none (from before hashes, or without a sidecar) cannot be
-    verified: warn_unverified says so once they are used."""
+    """(what torch.save wrote to `path`, its sidecar, its SHA-256), checked against the sidecar's SHA-256 if it
+    records one; warn_unverified warns about those without."""
     side = read_sidecar(path) or {}  # first: it may finish a killed save
     sha256 = file_sha256(check_input(path, flag))
     if isinstance(side.get("params_sha256"), str) and side["params_sha256"] != sha256:
-        raise UserError(f"{flag} {path}: damaged or replaced: its bytes do not match the SHA-256 its sidecar "
-                        f"{sidecar_path(path).name} records; train them again".lstrip())  # fmt: skip
+        raise UserError(
+            f"{flag} {path}: damaged or replaced: its bytes do not match the SHA-256 its sidecar "
+            f"{sidecar_path(path).name} records; train them again".lstrip()
+        )
     return torch_load_safe(path, flag), side, sha256
 
 
 def warn_unverified(path: str | Path, side: dict) -> None:
-    """One line on stderr when params loaded by load_verified had no SHA-256 to be checked against."""
+    """Warn on stderr when params from load_verified had no SHA-256 to check."""
     if not isinstance(side.get("params_sha256"), str):
         print(f"warning: {path}: no SHA-256 in a sidecar beside it, so its bytes cannot be verified", file=sys.stderr)
 
 
 def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
-    """What a params file must agree on to be loaded: stored beside it as JSON."""
+    """What a params file's sidecar must agree on for it to load."""
     sizes = ("variant", "bottleneck_dim", "block_size", "n_layer", "n_head", "n_embd", "vocab_size")
     description = {key: getattr(config, key) for key in sizes} | {"vocab": "".join(vocab.itos)}
     if config.variant != "perceiver":  # only the perceiver has a bottleneck
@@ -108,14 +107,14 @@ def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
 
 
 def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """Save `model`'s params to `path`, a plain state_dict the handout's model loads, with a sidecar of what loading
-    checks (model_description), the GPTConfig as used under "model", and `extra`."""
+    """Save `model`'s params to `path` as a plain state_dict, with a sidecar holding model_description, the
+    GPTConfig under "model", and `extra`."""
     description = {**model_description(model.config, vocab), "model": asdict(model.config), **extra}
     save_with_sidecar({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, description)
 
 
 def stored_sizes(path: str | None, flag: str) -> dict:
-    """The MODEL_SIZES the sidecar of params file `path` records, to build a model as trained; {} without a sidecar."""
+    """The MODEL_SIZES recorded in the sidecar of `path`, to build the model as trained; {} without one."""
     side = (read_sidecar(path) if path is not None else None) or {}
     sizes = {k: side[k] for k in MODEL_SIZES if side.get(k) is not None}
     for key, value in sizes.items():
@@ -125,7 +124,7 @@ def stored_sizes(path: str | None, flag: str) -> dict:
 
 
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
-    """Load `path` into `model` (a one-line error naming the mismatch for another model's); returns its SHA-256."""
+    """Load `path` into `model` and return its SHA-256; another model's params get a one-line error."""
     state, have, sha256 = load_verified(path)
     want, expected = model_description(model.config, vocab), model.state_dict()
     key = next((k for k in want if k in have and have[k] != want[k]), None)
@@ -137,15 +136,23 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
     elif state.keys() != expected.keys():
         kind = "perceiver" if "down_block.C" in state else "vanilla" if "pos_emb" in state else "rope"
         missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
-        problem = (f"params look like a {kind} model, this run builds a {want['variant']} one (missing "
-                   f"{missing[:3]}, unexpected {unexpected[:3]})")  # fmt: skip
+        problem = (
+            f"params look like a {kind} model, this run builds a {want['variant']} one (missing "
+            f"{missing[:3]}, unexpected {unexpected[:3]})"
+        )
     elif (key := next((k for k, v in state.items() if v.shape != expected[k].shape), None)) is not None:
-        problem = (f"{key} has shape {tuple(state[key].shape)}, this model needs {tuple(expected[key].shape)} "
-                   "(another bottleneck_dim, vocabulary or model size?)")  # fmt: skip
+        problem = (
+            f"{key} has shape {tuple(state[key].shape)}, this model needs {tuple(expected[key].shape)} "
+            "(another bottleneck_dim, vocabulary or model size?)"
+        )
     elif (key := next((k for k, v in state.items() if not v.isfinite().all()), None)) is not None:
         problem = f"{key} holds NaN or infinite weights: these params cannot answer or train"
     else:
         model.load_state_dict(state)
         warn_unverified(path, have)
+        if "vocab" not in have:  # a vocabulary of the same size with other characters would decode garbage
+            print(
+                f"warning: {path}: its sidecar records no vocabulary; use the corpus it was trained on", file=sys.stderr
+            )
         return sha256
     raise UserError(f"{path}: {problem}")

@@ -1,18 +1,14 @@
 """Recite, then answer: the second protocol for "Where was X born?".
 
-The handout's protocol (direct) asks the finetuned model the question and reads the place after a MASK. Here an answer
-takes two steps, and the facts still come only from the pretrained parameters, closed book:
+Unlike the handout's direct protocol, an answer takes two steps, still closed book (facts only from pretraining):
 
-1. recite: the pretrained model continues "X." (how X's biography starts in the pretraining corpus) greedily, for
-   `recite_chars` characters in all, never writing MASK or PAD (span corruption taught it to close a document with a
-   MASK at any point, which would end the recollection);
-2. read: a reader, finetuned from the same pretrained params on the training people's own recitations that hold their
-   place ("recitation MASK place MASK", loss on the answer only), reads the place out of the recitation: its greedy
-   answer is held to a span of the recitation (decode.keep_spans), which leaves every answer that already is a span
-   unchanged.
+1. recite: the pretrained model greedily continues "X." to `recite_chars` characters, never writing MASK or PAD,
+   which would end the recollection;
+2. read: a reader, finetuned from the same params on the training people's recitations that hold their place
+   ("recitation MASK place MASK", loss on the answer only), answers with a span of the recitation (decode.keep_spans).
 
-No dev place is seen at any step. After "Recitation-Augmented Language Models" (Sun et al., ICLR 2023); the evidence is
-in bench/RESEARCH.md.
+No dev place is seen at any step. After Sun et al., "Recitation-Augmented Language Models" (ICLR 2023); the evidence
+is in bench/RESEARCH.md.
 """
 
 from __future__ import annotations
@@ -27,34 +23,33 @@ import torch
 from dataset import MASK_CHAR, PAD_CHAR, CharCorruptionDataset, NameDataset, Question, Vocabulary, read_questions
 from decode import continue_text
 from model import GPT
-from utils import UserError, file_sha256
+from utils import UserError, file_sha256, plural
 
-RECITE_CHARS = 100  # characters of recollection (the prompt "X." included) on vanilla and rope
-ANSWER_ROOM = 16  # characters kept free for MASK, the place and its closing MASK (dev and train places fit)
+RECITE_CHARS = 100  # characters recited, the prompt "X." included (vanilla and rope)
+ANSWER_ROOM = 16  # room for MASK, the place and its closing MASK (every dev and train place fits)
 
 
 def default_recite_chars(variant: str, bottleneck_dim: int) -> int:
-    """RECITE_CHARS, or what the perceiver's bottleneck leaves: its outputs read only the first m inputs,
-    so recitation and answer must both end within them."""
+    """RECITE_CHARS, or for the perceiver its bottleneck less ANSWER_ROOM: its outputs read only the first m inputs."""
     return max(1, bottleneck_dim - ANSWER_ROOM) if variant == "perceiver" else RECITE_CHARS
 
 
-def check_recite_chars(chars: int, model: GPT, places: list[str]) -> None:
-    """A UserError unless recitations of `chars` characters leave room for every place in `places`
-    (with its two MASKs) in the window the model reads: the block, or the perceiver's bottleneck."""
-    longest = max((len(p) for p in places), default=ANSWER_ROOM - 2)
-    config = model.config
-    # The block holds the whole example; the perceiver's last prediction (the closing MASK, made at
-    # the place's last character) must still read every input before it through the bottleneck.
-    most, what = config.block_size - 2 - longest, f"the block of {config.block_size}"
-    if config.variant == "perceiver":
-        most = min(most, config.bottleneck_dim - 1 - longest)
-        what = f"the perceiver's bottleneck, which reads only the first {config.bottleneck_dim} characters,"
-    if not 1 <= chars <= most:
-        raise UserError(
-            f"--recite_chars {chars} leaves no room for the answer: {what} holds a recitation of at most "
-            f"{max(most, 0)} characters before the longest place ({longest} characters) and its MASKs"
-        )
+def recite_chars_problem(
+    chars: object, variant: str, bottleneck_dim: int, block_size: int, longest_place: int
+) -> str | None:
+    """Why recitations of `chars` characters leave no room in the block (or the perceiver's bottleneck) for a place
+    of `longest_place` characters and two MASKs, as a phrase to follow the value; else None."""
+    # The perceiver predicts the closing MASK at the place's last character, which must lie in the bottleneck.
+    most, what = block_size - 2 - longest_place, f"the block of {block_size}"
+    if variant == "perceiver":
+        most = min(most, bottleneck_dim - 1 - longest_place)
+        what = f"the perceiver's bottleneck, which reads only the first {bottleneck_dim} characters,"
+    if type(chars) is int and 1 <= chars <= most:
+        return None
+    return (
+        f"leaves no room for the answer: {what} holds a recitation of at most {max(most, 0)} characters before a "
+        f"place of {plural(longest_place, 'character')} and its MASKs"
+    )
 
 
 def person_name(question: str) -> str | None:
@@ -74,9 +69,8 @@ def recitation_prompt(question: str, where: str) -> str:
 def recite(
     model: GPT, vocab: Vocabulary, questions: list[Question], chars: int, device: torch.device, source: str
 ) -> list[str]:
-    """The pretrained model's recollection of each question's person: strings of `chars` characters with
-    no MASK or PAD; tabs and newlines become spaces, so each fits one field of a TSV line. `source`
-    names the questions' file in errors."""
+    """The pretrained model's recollection of each question's person: `chars` characters without MASK or PAD,
+    tabs and newlines made spaces to fit one TSV field."""
     prompts = [recitation_prompt(q.text, f"{source}:{q.line}") for q in questions]
     what = f"reciting {len(prompts)} people"
     texts = continue_text(model.to(device), vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], device, what)
@@ -90,8 +84,8 @@ def place_in_recitation(questions: list[Question], recitations: list[str]) -> fl
 
 
 def link_to_pretrained(reader_path: str | Path, pretrained_path: str | Path, chars: int) -> dict:
-    """The sidecar fields of a reader that recites `chars` characters with `pretrained_path`, named relative to the
-    reader's folder (so the two move together) and by its SHA-256."""
+    """The sidecar fields linking a reader that recites `chars` characters to `pretrained_path`, by its SHA-256 and
+    its path from the reader's folder, so the two can move together."""
     relative = os.path.relpath(Path(pretrained_path).resolve(), Path(reader_path).resolve().parent)
     link = {"path": relative, "sha256": file_sha256(pretrained_path)}
     return {"protocol": "recite", "recite_chars": chars, "recites_with": link}
@@ -113,14 +107,15 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
 def reader_dataset(
     corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device, most: int | None = None
 ) -> tuple[NameDataset, dict]:
-    """finetune --recite: the training questions of `path` (the first `most` of them, when given) with the recitations
-    (`chars` characters) of `model`, which holds the pretrained params now and becomes the reader, in place of their
-    text; and what the reader's sidecar records of them (people, recitations kept, share holding the place, seconds)."""
+    """finetune --recite: the training questions of `path` (the first `most`, if given) with the pretrained
+    `model`'s recitations of `chars` characters as their text, and the record for the reader's sidecar."""
     questions = [q for q in read_questions(path, require_place=True) if q is not None]
     if most is not None and most < len(questions):
         print(f"--max_steps: reciting only the first {most} of {len(questions)} training people, as many as it trains")
         questions = questions[:most]
-    check_recite_chars(chars, model, [q.place for q in questions])
+    c, longest = model.config, max(len(q.place) for q in questions)
+    if problem := recite_chars_problem(chars, c.variant, c.bottleneck_dim, c.block_size, longest):
+        raise UserError(f"--recite_chars {chars} {problem}")
     t0 = time.time()
     recitations = recite(model, corpus.vocab, questions, chars, device, str(path))
     share, seconds = place_in_recitation(questions, recitations), time.time() - t0
@@ -128,12 +123,14 @@ def reader_dataset(
         f"recited {len(questions)} training people in {seconds:.1f} s ({chars} characters "
         f"each); the place is in {share:.1%} of the recitations"
     )
-    # A recitation without the place could only teach the reader to answer from memory, as the direct
-    # protocol does; trained on the others alone it answered as many and took a fifth less time (bench/RESEARCH.md).
-    # A model pretrained too briefly to recite any place trains on them all.
+    # A recitation without its place could only teach answering from memory; trained without them, the reader
+    # answered as many and took a fifth less time (bench/RESEARCH.md).
     kept = [(q, r) for q, r in zip(questions, recitations, strict=True) if q.place in r]
-    print(f"the reader trains on the {len(kept)} recitations that hold their place" if kept else
-          "no recitation holds its place (pretrain longer); the reader trains on them all")  # fmt: skip
+    print(
+        f"the reader trains on the {len(kept)} recitations that hold their place"
+        if kept
+        else "no recitation holds its place (pretrain longer); the reader trains on them all"
+    )
     record = {"people": len(questions), "kept": len(kept), "place_share": share, "seconds": round(seconds, 1)}
     kept = kept or list(zip(questions, recitations))
     return NameDataset(corpus, [Question(r, q.place, q.line) for q, r in kept]), record

@@ -12,7 +12,7 @@ defines the vocabulary in every mode; a bare data file name missing here is read
 handout (the default) is the course's recipe; --preset cpu is the recipe for a small CPU (README).
 """
 
-# ruff: noqa: E402 - the SIGINT handler below must come before torch is imported
+# ruff: noqa: E402 - the SIGINT handler must come before importing torch
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import os
 import signal
 import sys
 
-# Ctrl-C while torch loads: exit at once, quietly (nothing has started). os._exit, because an exception
-# raised inside an import can be swallowed there and leave a module half made.
+# Ctrl-C while torch loads exits at once and quietly. os._exit, because an exception raised inside an
+# import can leave a module half made.
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
@@ -73,99 +73,98 @@ from utils import (
     torch_load_safe,
 )
 
-# ---------------------------------------------------------------------------
-# Checks and training
-
 
 def data_files(args: RunConfig) -> dict[str, Path]:
-    """The data files a command names, by flag, where it reads them (utils.locate_data)."""
-    names = {"the pretraining corpus": args.pretrain_corpus_path, "--finetune_corpus_path": args.finetune_corpus_path,
-             "--eval_corpus_path": args.eval_corpus_path}  # fmt: skip
+    """The command's data files by flag, as locate_data finds them."""
+    names = {
+        "the pretraining corpus": args.pretrain_corpus_path,
+        "--finetune_corpus_path": args.finetune_corpus_path,
+        "--eval_corpus_path": args.eval_corpus_path,
+    }
     return {flag: locate_data(name) for flag, name in names.items() if name is not None}
 
 
 def refuse_overwriting_inputs(args: RunConfig) -> None:
-    """No output of a command, nor a file written beside one (its .json sidecar, a params' .ckpt), may be
-    one of its inputs (its data files, params with their sidecars), another output or the TensorBoard
-    folder; the files written beside the outputs must be writable too (check_args checked the outputs)."""
+    """Refuse an output, or a file written beside one (a sidecar, a .ckpt), that is also an input or another
+    output. Before any work, check that the files beside the outputs can be written (check_args did the outputs)."""
     read, written, outputs_path = args.reading_params_path, args.writing_params_path, args.outputs_path
     inputs = {**data_files(args), "--reading_params_path": read}
     inputs["--reading_params_path's sidecar"] = read and sidecar_path(read)
-    outputs = {"--outputs_path": outputs_path, "--scores_path": args.scores_path, "--tb_dir": args.tb_dir,
-               "--writing_params_path": written}  # fmt: skip
-    beside = {"--writing_params_path's sidecar": written and sidecar_path(written),
-              "--writing_params_path's checkpoint": written and f"{written}.ckpt",
-              "--outputs_path's sidecar": outputs_path and sidecar_path(outputs_path)}  # fmt: skip
+    outputs = {
+        "--outputs_path": outputs_path,
+        "--scores_path": args.scores_path,
+        "--tb_dir": args.tb_dir,
+        "--writing_params_path": written,
+    }
+    beside = {
+        "--writing_params_path's sidecar": written and sidecar_path(written),
+        "--writing_params_path's checkpoint": written and f"{written}.ckpt",
+        "--outputs_path's sidecar": outputs_path and sidecar_path(outputs_path),
+    }
     refuse_same_file(outputs | beside, inputs)
-    for flag, output in beside.items():  # before any work, not after hours of training
+    for flag, output in beside.items():
         check_output_file(output, flag)
 
 
-# ---------------------------------------------------------------------------
-# Modes
+# TrainerConfig fields copied from the flags of the same name.
+TRAINER_SETTINGS = "max_epochs batch_size max_steps order decay optimizer seed ckpt_every compile".split()
 
 
-# The loop's settings that are run.py's flags of the same name.
-TRAINER_SETTINGS = (
-    "max_epochs",
-    "batch_size",
-    "max_steps",
-    "order",
-    "decay",
-    "optimizer",
-    "seed",
-    "ckpt_every",
-    "compile",
-)
-
-
-def checkpoint_to_resume(args: RunConfig, made_with: dict) -> dict | None:
-    """With --resume, the checkpoint <writing_params_path>.ckpt (its SHA-256 checked by torch_load_safe), once its
-    run matches this one (made_with: what this run's checkpoints record): the RESUME_MUST_MATCH settings, the data
-    files' and the starting params' SHA-256. Without, None (and a warning when a fresh run will replace one)."""
-    path = Path(f"{args.writing_params_path}.ckpt")
+def resume(args: RunConfig, trainer: Trainer) -> None:
+    """With --resume, continue `trainer` from its checkpoint, refusing one made with other RESUME_MUST_MATCH
+    settings, data or starting params. Without it, warn if a checkpoint will be replaced."""
+    path = trainer.config.ckpt_path
     if not args.resume:
-        if path.exists():
+        if os.path.exists(path):
             print(f"warning: {path} exists; this fresh run replaces it at its first checkpoint (--resume continues it)")
-        return None
-    ckpt = torch_load_safe(path, "--resume: the checkpoint")
+        return
+    ckpt, made_with = torch_load_safe(path, "--resume: the checkpoint"), trainer.extra
     extra = ckpt.get("extra") if isinstance(ckpt, dict) else None
-    if not (isinstance(extra, dict) and isinstance(extra.get("config"), dict) and isinstance(ckpt.get("state"), dict)):
+    if not (isinstance(extra, dict) and isinstance(extra.get("config"), dict)):
         raise UserError(f"{path}: not a checkpoint written by this version of run.py")
-    saved = extra["config"]
+    saved, hashes = extra["config"], extra.get("data_sha256")
+    hashes = hashes if isinstance(hashes, dict) else {}
     changed = [
         f"with --{k} {saved.get(k)!r}, this command has {getattr(args, k)!r}"
         for k in RESUME_MUST_MATCH
         if saved.get(k) != getattr(args, k)
     ]
-    hashes = extra.get("data_sha256") if isinstance(extra.get("data_sha256"), dict) else {}
-    changed += [f"on another {p}: its contents have changed since" for p, sha in made_with["data_sha256"].items()
-                if hashes.get(p) != sha]  # fmt: skip
+    changed += [
+        f"on another {p}: its contents have changed since"
+        for p, sha in made_with["data_sha256"].items()
+        if hashes.get(p) != sha
+    ]
     if extra.get("parent_sha256") != made_with["parent_sha256"]:
         changed.append(f"from other params than {args.reading_params_path} holds now")
     if changed:
         raise UserError(f"--resume: {path} was made {changed[0]}")
-    return ckpt
+    try:
+        trainer.resume(ckpt)
+    except ValueError as e:
+        raise UserError(f"{path}: not a checkpoint of this run ({e}); delete it to start afresh") from None
+    print(f"resuming from {path}: step {trainer.state.step}, epoch {trainer.state.epoch + 1}")
 
 
 def train(
-    args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: SummaryWriter,
+    args: RunConfig,
+    corpus: CharCorruptionDataset,
+    model: GPT,
+    device: torch.device,
+    writer: SummaryWriter,
     command: str,
-) -> dict:  # fmt: skip
-    """pretrain (on the corpus) or finetune (on --finetune_corpus_path); writes --writing_params_path.
-    Returns the run's record (steps, epochs, seconds, final loss) as its sidecar holds it."""
-    parent = None  # the SHA-256 of the params it starts from, checked even when resuming
+) -> dict:
+    """Pretrain or finetune, write --writing_params_path, and return the run's record (run_record)."""
+    parent = None  # the SHA-256 of the params it starts from
     if args.reading_params_path is not None:
         parent = load_params(model, corpus.vocab, args.reading_params_path)
     check_room(args, model)
     dataset, extra = training_data(args, corpus, model, device)
-    # the handout's file order in micro-batches where measured cheap; a bucketed batch is cropped whole
+    # micro-batches only for the handout's file order, where measured cheap; a bucketed batch is cropped whole
     chosen = machine.choose(device, args.fp32, args.micro_batch if args.order == "file" else 0)
     cfg = TrainerConfig(
         **{name: getattr(args, name) for name in TRAINER_SETTINGS},
         learning_rate=args.pretrain_lr if args.function == "pretrain" else args.finetune_lr,
-        # "run": the cosine spans this run's epochs (a budget's plan moves them); the handout's: 200 passes over the
-        # pretraining corpus, the cosine going on past them
+        # "run": the cosine spans this run's epochs. "handout": it spans 200 passes over the corpus, then goes on
         final_tokens=args.max_epochs * len(dataset) * dataset.example_length
         if args.schedule == "run"
         else 200 * len(corpus) * BLOCK_SIZE,
@@ -175,19 +174,12 @@ def train(
         ckpt_path=f"{args.writing_params_path}.ckpt",
     )
     data = {str(path): file_sha256(path) for path in data_files(args).values()}
-    made_with = {"config": asdict(args), "vocab": "".join(corpus.vocab.itos), "data_sha256": data,
-                 "parent_sha256": parent}  # fmt: skip
-    ckpt = checkpoint_to_resume(args, made_with)
+    made_with = dict(config=asdict(args), vocab="".join(corpus.vocab.itos), data_sha256=data, parent_sha256=parent)
     budget_seconds, fit = time_budget(args)
     announce(args, cfg, len(dataset), device, fit)
     trainer = Trainer(model, dataset, cfg, device, log=writer.add_scalar, extra=made_with)
     pace = budget.attach(trainer, budget_seconds, fit, args.threads)
-    if ckpt is not None:
-        try:
-            trainer.resume(ckpt)
-        except ValueError as e:
-            raise UserError(f"{cfg.ckpt_path}: not a checkpoint of this run ({e}); delete it to start afresh") from None
-        print(f"resuming from {cfg.ckpt_path}: step {trainer.state.step}, epoch {trainer.state.epoch + 1}")
+    resume(args, trainer)
     t0 = time.time()
     with stop_on_signals(trainer):
         trainer.train()
@@ -195,14 +187,15 @@ def train(
     made = {"command": command, **made_with, **provenance(device), "speed": chosen}
     done = run_record(trainer, pace)
     save_params(model, corpus.vocab, args.writing_params_path, {**made, **done, **extra})
-    print(f"trained {trainer.state.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}" +
-          end_of_run(trainer, Path(cfg.ckpt_path)))  # fmt: skip
+    print(
+        f"trained {trainer.state.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}"
+        + end_of_run(trainer, Path(cfg.ckpt_path))
+    )
     return done
 
 
 def check_room(args: RunConfig, model: GPT) -> None:
-    """A UserError, before any work, when the disk cannot hold what training writes: two checkpoints (one replacing
-    the other) of under 3 times the weights each, then the params."""
+    """A UserError when the disk cannot hold two checkpoints (each under 3x the weights) and the params."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ckpt_path = Path(f"{args.writing_params_path}.ckpt")
     replaced = sum(os.path.getsize(p) for p in (ckpt_path, args.writing_params_path) if os.path.isfile(p))
@@ -214,15 +207,14 @@ def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
     s = trainer.state
     if not s.stop and s.epoch < s.max_epochs and ckpt_path.is_file():  # --max_steps
         return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
-    ckpt_path.unlink(missing_ok=True)  # finished: nothing left to resume
+    ckpt_path.unlink(missing_ok=True)
     return ""
 
 
 def training_data(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device
 ) -> tuple[CharCorruptionDataset | NameDataset, dict]:
-    """What this command trains on (the corpus, the finetune questions, or a recite reader's
-    recitations) and what its sidecar adds (a reader's link to its pretrained params)."""
+    """What this command trains on (the corpus, the questions, or a reader's recitations) and what its sidecar adds."""
     start = args.reading_params_path
     if start is not None and (read_sidecar(start) or {}).get("protocol") == "recite":
         if args.recite:
@@ -242,7 +234,7 @@ def training_data(
 
 
 def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:
-    """Say what this run trains and how long (the settings line said how); warn if the handout's recipe meets a CPU."""
+    """Print what this run trains and for how long; warn when the handout's recipe runs on a CPU."""
     planned = f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if fit else ""
     print(f"{args.function} {args.variant}: {examples} examples, {plural(cfg.max_epochs, 'epoch')}{planned}, {device}")
     if device.type == "cpu" and args.preset == "handout":
@@ -271,7 +263,7 @@ def stop_on_signals(trainer: Trainer) -> Iterator[None]:
 
 
 def run_record(trainer: Trainer, pace: budget.Pace) -> dict:
-    """What the params sidecar records of the training run: how far it got and how long it took."""
+    """How far training got and how long it took, for the params sidecar."""
     s = trainer.state
     return {
         "steps": s.step,
@@ -285,15 +277,17 @@ def run_record(trainer: Trainer, pace: budget.Pace) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------
 # CLI
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line and exit code 2, naming the commands of a misplaced flag."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        uses = {f"--{f.name}": f.metadata["commands"] for f in dataclasses.fields(RunConfig)}
+        uses = {f"--{name}": f.metadata["commands"] for name, f in FIELDS.items()}
         extra = message.removeprefix("unrecognized arguments: ") if "unrecognized" in message else ""
         misplaced = [f"{w} is for {' and '.join(uses[w])}" for w in extra.split() if uses.get(w)]
         if misplaced:
@@ -311,15 +305,19 @@ COMMANDS_HELP = """commands (run.py COMMAND --help lists a command's flags):
 
 
 def make_parser(command: str | None = None) -> Parser:
-    """run.py COMMAND's parser: the RunConfig fields that `command` uses, in their help groups, every
-    default None so that config.resolve knows what was typed. Without a command: the overview."""
+    """The parser of `command`'s RunConfig fields, by help group, or without a command the overview's.
+    Every default is None so that config.resolve can tell what was typed."""
     if command is None:
-        p = Parser(prog="run.py", description=__doc__, epilog=COMMANDS_HELP,
-                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        p = Parser(
+            prog="run.py",
+            description=__doc__,
+            epilog=COMMANDS_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.add_argument("command", choices=FUNCTIONS, help="what to do (see below)")
         return p
     p = Parser(prog=f"run.py {command}", description=COMMANDS_HELP.splitlines()[FUNCTIONS.index(command) + 1].strip())
-    used = [f for f in dataclasses.fields(RunConfig) if command in f.metadata["commands"]]
+    used = [f for f in FIELDS.values() if command in f.metadata["commands"]]
     groups = {name: p.add_argument_group(name) for name in dict.fromkeys(f.metadata["group"] for f in used)}
     for f in used:
         options = {k: v for k, v in f.metadata.items() if k in ("type", "choices", "nargs", "action")}
@@ -332,13 +330,15 @@ def make_parser(command: str | None = None) -> Parser:
     return p
 
 
-PHASES = {"pretrain": {"pretrain": ""}, "finetune": {"finetune": " from scratch", "finetune_pretrained":
-          " after pretraining", "reader": " recite reader"}}  # fmt: skip
+PHASES = {
+    "pretrain": {"pretrain": ""},
+    "finetune": {"finetune": " from scratch", "finetune_pretrained": " after pretraining", "reader": " recite reader"},
+}
 
 
 def preset_defaults(field: dataclasses.Field, command: str) -> str:
-    """What an unset flag resolves to under each preset for `command`'s phases, as --help says it:
-    " (default 4)", or " (handout: 75 from scratch, 10 after pretraining, 10 recite reader; cpu: ...)"."""
+    """What --help says an unset flag becomes under each preset, such as " (default 4)" or
+    " (handout: 75 from scratch, 10 after pretraining, 10 recite reader; cpu: ...)"."""
     if field.metadata.get("action") or field.metadata.get("positional"):
         return ""
     phases = PHASES.get(command, {"finetune_pretrained": ""})  # evaluate and ask read finetuned params
@@ -353,7 +353,7 @@ def preset_defaults(field: dataclasses.Field, command: str) -> str:
     return " (" + "; ".join(f"{preset}: {text}" for preset, text in said.items()) + ")"
 
 
-# What run.sh sets for each step itself, so that EXTRA_FLAGS may not (nor any file a step reads or writes).
+# Flags run.sh sets itself, so EXTRA_FLAGS may not set them (nor any file).
 RUN_SH_SETS = {
     "seed": "set SEED instead, e.g. SEED=5",
     "preset": "set PRESET instead",
@@ -361,51 +361,43 @@ RUN_SH_SETS = {
     "budget_minutes": "run.sh plans the budgets to TOTAL_MINUTES",
     "recite": "run.sh runs both protocols",
 }
-STAND_INS = {"pretrain": ["--writing_params_path", "/nonexistent/step.params"],
-             "finetune": ["--writing_params_path", "/nonexistent/step.params", "--finetune_corpus_path", "x.tsv"],
-             "evaluate": ["--reading_params_path", "/nonexistent/step.params", "--eval_corpus_path", "x.tsv",
-                          "--outputs_path", "/nonexistent/step.predictions"]}  # fmt: skip
-
-
-FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
 def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str, list[str]]:
-    """run.sh's EXTRA_FLAGS as each of its commands takes them: {command: the flags, with their values, it takes}.
-    A UserError names a flag no command takes, one run.sh sets itself (RUN_SH_SETS, or a file of a step), or a
-    value a command's rules refuse (config.problems, with run.sh's paths stood in, on every variant it runs)."""
+    """run.sh's EXTRA_FLAGS as {command: the flags and values it takes}. A UserError names a flag that no command
+    takes, that run.sh sets, or whose value a command refuses on one of `variants`."""
     groups: list[list[str]] = []  # a flag and its values
     for word in words:
         if groups and not word.startswith("--") and word != "-h":
             groups[-1].append(word)
         else:
             groups.append([word])
-    taken: dict[str, list[str]] = {command: [] for command in STAND_INS}
+    taken: dict[str, list[str]] = {command: [] for command in ("pretrain", "finetune", "evaluate")}  # run.sh's
     for group in groups:
         errors = []
         for command in taken:
             with contextlib.redirect_stderr(said := io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 try:
                     typed = vars(make_parser(command).parse_intermixed_args(["vanilla", "x.txt", *group]))
-                except SystemExit:  # a usage mistake, said on stderr, or --help, printed on stdout
+                except SystemExit:  # a usage mistake, or --help
                     errors.append(
                         said.getvalue().strip().removesuffix(" (see --help)") or "-h or --help would print help instead"
                     )
                     continue
             given = [k for k, v in typed.items() if v is not None and k not in ("variant", "pretrain_corpus_path")]
-            files = [k for k in given if FIELDS[k].metadata["kind"] in ("input", "data", "output", "output_dir")]
-            if why := next(
-                (RUN_SH_SETS[k] for k in given if k in RUN_SH_SETS), files and "run.sh names each step's files"
-            ):
+            files = [k for k in given if FIELDS[k].metadata["kind"] not in ("", "text")]
+            if why := next((RUN_SH_SETS[k] for k in given if k in RUN_SH_SETS), files and "run.sh names the files"):
                 raise UserError(f"EXTRA_FLAGS must not set --{given[0]} ({shlex.join(group)}): {why}")
             taken[command] += group
-        if len(errors) == len(taken):  # no command takes it: say why the one that knows the flag refuses it
+        if len(errors) == len(taken):  # prefer the error of a command that knows the flag
             raise UserError(f"EXTRA_FLAGS {shlex.join(group)}: " + min(errors, key=lambda e: "unrecognized" in e))
     for command, group in taken.items():
         for variant in variants if group else []:
-            sizes = ["--bottleneck_dim", "64"] if variant == "perceiver" else []  # run.sh's m
-            argv = [variant, "x.txt", "--preset", preset, *sizes, *STAND_INS[command], *group]
-            args = resolve({"function": command, **vars(make_parser(command).parse_intermixed_args(argv))})
+            typed = vars(make_parser(command).parse_intermixed_args([variant, "x.txt", "--preset", preset, *group]))
+            files = {k: "/nonexistent/x" for k, f in FIELDS.items() if command in f.metadata["required_by"]}
+            if variant == "perceiver" and typed["bottleneck_dim"] is None:
+                typed["bottleneck_dim"] = 64  # run.sh's perceiver m
+            args = resolve({**typed, **files, "function": command})
             try:
                 problem = next(problems(args), None)
                 machine.pick_device(args.device)
@@ -417,8 +409,8 @@ def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str,
 
 
 def print_extra_flags(argv: list[str]) -> int:
-    """run.sh's check of EXTRA_FLAGS (argv: PRESET, VARIANTS, then its words): prints the flags each command takes,
-    a line each in STAND_INS' order, and returns 0; or says what is wrong in one line and returns 2."""
+    """run.sh's check of EXTRA_FLAGS; argv is PRESET, VARIANTS, then the words. Prints each command's flags
+    on a line and returns 0, or prints one error line and returns 2."""
     try:
         taken = extra_flags(argv[2:], argv[0], argv[1].split())
     except UserError as e:
@@ -437,8 +429,7 @@ def resolved_config(argv: list[str]) -> RunConfig:
 
 
 def prepare(args: RunConfig) -> tuple[CharCorruptionDataset, GPT, torch.device]:
-    """After the checks that need no work: seed, device and threads, then the corpus (the vocabulary) and the model
-    a resolved command works with; prints the settings of a logged command."""
+    """Check the outputs, seed, set the device and threads, and load the corpus (the vocabulary) and model."""
     refuse_overwriting_inputs(args)
     seed_everything(args.seed)
     device = machine.pick_device(args.device)
@@ -446,7 +437,7 @@ def prepare(args: RunConfig) -> tuple[CharCorruptionDataset, GPT, torch.device]:
         torch.set_num_threads(args.threads)
     corpus_path = locate_data(args.pretrain_corpus_path)
     corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
-    if args.function != "ask":  # ask prints only its answer
+    if args.function != "ask":  # ask prints only its answer, not the settings
         used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
         shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
         print("settings: " + ", ".join(shown))
@@ -454,27 +445,27 @@ def prepare(args: RunConfig) -> tuple[CharCorruptionDataset, GPT, torch.device]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: 0, 2 after a one-line error, 130 after an interruption (with the command that resumes)."""
+    """Entry point: returns 0, 2 after a one-line error, or 130 after an interruption."""
     argv = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "src/run.py", *argv])
     for stop in STOP_SIGNALS:  # from here Ctrl-C, a kill and a closed terminal are each a KeyboardInterrupt
         signal.signal(stop, signal.default_int_handler)
     try:
         args = resolved_config(argv)
-        check_args(args)  # a bad value is a UserError
+        check_args(args)
         corpus, model, device = prepare(args)
         if args.function == "ask":
-            ask(args, corpus, model, device)  # prints only: no TensorBoard run
+            ask(args, corpus, model, device)  # no TensorBoard run
         else:
             with tensorboard_run(args) as (writer, found):
                 if args.function == "evaluate":
                     found |= evaluate(args, corpus, model, device, writer)
                 else:
                     found |= train(args, corpus, model, device, writer, command)
-    except SystemExit as e:  # --help, or a usage mistake argparse has said in one line
+    except SystemExit as e:  # --help, or a usage mistake already said
         return int(e.code or 0)
-    except (UserError, FloatingPointError) as e:  # the trainer's FloatingPointError: every later step would diverge too
-        advice = ": lower the learning rate" if isinstance(e, FloatingPointError) else ""  # nothing was saved
+    except (UserError, FloatingPointError) as e:  # the trainer's FloatingPointError: later steps would diverge too
+        advice = ": lower the learning rate" if isinstance(e, FloatingPointError) else ""
         print(f"error: {e}{advice}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:

@@ -1,6 +1,5 @@
-"""The training loop, in minGPT's shape: any model whose forward returns (logits, loss), any dataset that batches
-itself. Machine policy (a time budget's plan, the thread count) attaches as callbacks, from budget.py and machine.py,
-that read and steer the loop's TrainState. The handout's plain loop is in bench/course.py, for comparison."""
+"""The training loop, in minGPT's shape: the model's forward returns (logits, loss) and the dataset batches itself.
+Time budgets attach as callbacks (budget.py) that steer the TrainState. The handout's plain loop is bench/course.py."""
 
 from __future__ import annotations
 
@@ -17,20 +16,17 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from dataset import micro_batches
-from machine import autocast, on_device
+from machine import autocast, compiled, on_device
 from optim import make_optimizer
 from utils import rng_states, set_rng_states, torch_save_atomic
 
 # Losses are read from the device every this many steps: reading one waits for the step to finish.
 LOSS_EVERY = 16
-# What torch.compile generates code with (tests trace with "aot_eager": the same graph, no code generated).
-COMPILE_BACKEND = "inductor"
 
 
 @dataclass
 class TrainerConfig:
-    """Optimisation settings; config.trainer_config fills them from a command's resolved settings.
-    The defaults are the handout's loop where every caller agrees (decay 0.1, clip 1.0, warm-up)."""
+    """Optimisation settings, filled in by run.py's train; the defaults are the handout's."""
 
     max_epochs: int
     batch_size: int
@@ -38,26 +34,25 @@ class TrainerConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     grad_norm_clip: float = 1.0
     weight_decay: float = 0.1
-    optimizer: str = "adamw"  # or "muon" for the hidden layers' weight matrices (optim.make_optimizer)
-    decay: str = "matmul"  # which weights decay: nn.Linear's, or the handout's "all_but_biases" (optim.py)
+    optimizer: str = "adamw"  # or "muon" (optim.make_optimizer)
+    decay: str = "matmul"  # nn.Linear weights, or the handout's "all_but_biases"
     warmup_tokens: float = 512 * 20
-    final_tokens: float = 260e9  # where the cosine ends, as planned at the start (see learning_rate)
+    final_tokens: float = 260e9  # where the cosine ends
     cosine_cap: bool = False  # see learning_rate
-    max_steps: int | None = None  # stop after this many optimizer steps (smoke tests, benchmarks)
-    precision: str = "fp32"  # or "bf16": autocast, and Muon's iteration (machine.choose decides)
+    max_steps: int | None = None  # for smoke tests and benchmarks
+    precision: str = "fp32"  # or "bf16" (machine.choose decides)
     order: str = "bucketed"  # one of dataset.ORDERS
     seed: int = 0
-    ckpt_path: str | None = None  # full checkpoint for --resume, written atomically
-    ckpt_every: int = 100  # optimizer steps between checkpoints (0: only at the end)
-    micro_batch: int = 0  # rows per length-grouped micro-batch of a step (0: the whole batch at once; see optimize)
-    compile: bool = False  # the model compiled whole, every batch padded to one width (CUDA: with CUDA graphs)
+    ckpt_path: str | None = None  # the checkpoint that --resume reads
+    ckpt_every: int = 100  # steps between checkpoints (0: only at the end)
+    micro_batch: int = 0  # rows per micro-batch (0: the whole batch)
+    compile: bool = False  # see batches and machine.compiled
 
 
 @dataclass
 class TrainState:
-    """Where a run stands: what the loop updates, callbacks read and checkpoints carry. A callback may
-    set `stop` (end the run after this step), and a time budget's plan moves `max_epochs` and
-    `final_tokens` (the cosine's end), which start as the config's, and sets `planned`."""
+    """Where a run stands. A callback may set `stop` to end the run after this step; a time budget's plan moves
+    `max_epochs` and `final_tokens` and sets `planned`."""
 
     max_epochs: int
     final_tokens: float
@@ -66,22 +61,21 @@ class TrainState:
     step: int = 0
     epoch: int = 0  # epochs done
     batch_in_epoch: int = 0  # batches of the current epoch done
-    tokens: int = 0  # counted as the handout does: every position of every example, PAD included
-    seconds: float = 0.0  # time spent training, summed over resumed runs
+    tokens: int = 0  # as the handout counts them: PAD included
+    seconds: float = 0.0  # training time, summed over resumed runs
     step_seconds: float = 0.0  # the latest step's time ...
     step_positions: int = 0  # ... and positions computed
     epoch_seconds: list[float] = field(default_factory=list)  # training time of each epoch run whole
     losses: list[float] = field(default_factory=list)
     whole_epoch: bool = False  # the epoch that just ended ran whole in this process
-    planned: bool = False  # a time budget's plan has set max_epochs and final_tokens
+    planned: bool = False
     stop: bool = False
 
 
 def learning_rate(config: TrainerConfig, s: TrainState) -> float:
-    """The rate after s.tokens tokens, nanoGPT's get_lr in the handout's units: a linear warm-up, then a cosine from
-    the peak to a floor of a tenth at s.final_tokens (the plan: a time budget moves it, budget.py). With
-    config.cosine_cap the floor holds past it; the handout's cosine goes on, so the rate climbs back to the peak at
-    twice final_tokens (about epoch 400 of its 650) and falls again."""
+    """The rate after s.tokens tokens (nanoGPT's get_lr in the handout's units): a linear warm-up, then a cosine down
+    to a tenth of the peak at s.final_tokens. With config.cosine_cap it stays there; the handout's cosine goes on,
+    back up to the peak at twice final_tokens (about epoch 400 of its 650)."""
     if s.tokens < config.warmup_tokens:
         return config.learning_rate * s.tokens / max(1, config.warmup_tokens)
     progress = (s.tokens - config.warmup_tokens) / max(1, s.final_tokens - config.warmup_tokens)
@@ -100,15 +94,19 @@ class TrainingInterrupted(Exception):
 
 
 class Trainer:
-    """Trains `model` with `config` on `train_dataset`, which batches itself: `epoch_batches(batch_size, rng, order)`
-    yields (x, y) (B, T), and counts `example_length` tokens an example. `log(name, value, step)` takes scalars (a
-    TensorBoard writer's add_scalar). Callbacks take the TrainState at "on_batch_end", "on_epoch_end" (after a whole epoch, or the part that ended the run) and
-    "on_train_end". The state and `extra` are checkpointed atomically to `config.ckpt_path` every `ckpt_every` steps
-    and at the end; `resume(ckpt)` ends an interrupted run as an uninterrupted one would. A non-finite loss raises
-    FloatingPointError before anything is saved."""
+    """Trains `model` on `train_dataset`, whose `epoch_batches(batch_size, rng, order)` yields (x, y) of shape (B, T)
+    and whose `example_length` is an example's full length. `log(name, value, step)` takes scalars. Callbacks get
+    the TrainState at "on_batch_end", "on_epoch_end" (also after a partial last epoch) and "on_train_end"."""
 
-    def __init__(self, model: torch.nn.Module, train_dataset: Dataset, config: TrainerConfig, device: torch.device,
-                 log: Callable[[str, float, int], None] | None = None, extra: dict | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_dataset: Dataset,
+        config: TrainerConfig,
+        device: torch.device,
+        log: Callable[[str, float, int], None] | None = None,
+        extra: dict | None = None,
+    ):
         self.model = model.to(device)
         self.train_dataset, self.config, self.device = train_dataset, config, device
         self.log = log or (lambda name, value, step: None)
@@ -119,15 +117,12 @@ class Trainer:
         batches = math.ceil(len(train_dataset) / config.batch_size)
         self.state = TrainState(config.max_epochs, config.final_tokens, batches, config.learning_rate)
         self.clock = time.monotonic  # tests replace it
-        self.stop_requested = False  # set by a signal handler (see checkpoint_if_due)
-        self.pending: list[torch.Tensor] = []  # losses of the steps since read_losses, still on the device
-        self.step_model = self.model
-        if config.compile:
-            mode = "reduce-overhead" if device.type == "cuda" else None
-            self.step_model = torch.compile(model, mode=mode, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND)
+        self.stop_requested = False  # set by a signal handler
+        self.pending: list[torch.Tensor] = []  # losses not yet read from the device
+        self.step_model = compiled(self.model, device) if config.compile else self.model
 
     def add_callback(self, event: str, callback: Callable[[TrainState], None]) -> None:
-        """Run callback(state) at `event` (see the class's docstring)."""
+        """Run callback(state) at `event`."""
         self.callbacks[event].append(callback)
 
     def trigger_callbacks(self, event: str) -> None:
@@ -135,8 +130,7 @@ class Trainer:
             callback(self.state)
 
     def train(self) -> list[float]:
-        """Run the epochs (to max_steps, or until a callback stops it); returns every step's loss.
-        Raises TrainingInterrupted, after writing a checkpoint, once stop_requested is set."""
+        """Run the epochs and return every step's loss; raises TrainingInterrupted once stop_requested is set."""
         s = self.state
         self.model.train()
         bar = tqdm(total=self.planned_steps(), initial=s.step, desc="training", unit="step", leave=False)
@@ -149,7 +143,7 @@ class Trainer:
                     now = self.clock()
                     s.step, s.batch_in_epoch, s.step_seconds, tick = s.step + 1, s.batch_in_epoch + 1, now - tick, now
                     s.seconds += s.step_seconds
-                    s.tokens += x.size(0) * self.train_dataset.example_length  # every position, as the handout
+                    s.tokens += x.size(0) * self.train_dataset.example_length
                     s.lr = learning_rate(self.config, s)  # after the step, as the handout sets it
                     for group in self.optimizer.param_groups:
                         group["lr"] = s.lr
@@ -166,15 +160,16 @@ class Trainer:
                 else:
                     s.epoch, s.batch_in_epoch = s.epoch + 1, 0
                 self.read_losses()
-                s.whole_epoch = whole and s.batch_in_epoch == 0
+                s.whole_epoch, took = whole and s.batch_in_epoch == 0, s.seconds - started
                 if s.whole_epoch:
-                    s.epoch_seconds.append(s.seconds - started)
+                    s.epoch_seconds.append(took)
                 bar.set_postfix(loss=f"{s.losses[-1]:.4f}" if s.losses else "-", lr=f"{s.lr:.2e}")
                 epoch = s.epoch + (s.batch_in_epoch > 0)
                 if s.losses and (self.finished() or epoch_line_due(epoch, s.max_epochs)):
-                    tqdm.write(f"epoch {epoch}/{s.max_epochs}: loss {s.losses[-1]:.4f}, {s.seconds - started:.1f} s, "
-                               f"{s.seconds:.0f} s in all")  # fmt: skip
-                self.log("train/epoch_seconds", s.seconds - started, s.epoch)
+                    tqdm.write(
+                        f"epoch {epoch}/{s.max_epochs}: loss {s.losses[-1]:.4f}, {took:.1f} s, {s.seconds:.0f} s in all"
+                    )
+                self.log("train/epoch_seconds", took, s.epoch)
                 self.trigger_callbacks("on_epoch_end")
         finally:
             bar.close()
@@ -183,25 +178,22 @@ class Trainer:
         return s.losses
 
     def planned_steps(self) -> int:
-        """The run's steps as planned now (a time budget's plan moves max_epochs)."""
+        """The run's steps as planned now."""
         return min(self.state.max_epochs * self.state.batches_per_epoch, self.config.max_steps or math.inf)
 
     def read_losses(self) -> None:
-        """Move the losses of the steps since the last read (see LOSS_EVERY) to the state and the log; a non-finite
-        loss raises FloatingPointError naming its step."""
-        if not self.pending:
-            return
-        values, first = torch.stack(self.pending).float().tolist(), self.state.step - len(self.pending) + 1
+        """Move the unread losses to the state and the log; a non-finite one raises FloatingPointError."""
+        values = torch.stack(self.pending).float().tolist() if self.pending else []
         self.pending.clear()
-        for step, value in enumerate(values, start=first):
-            if not math.isfinite(value):  # every later step would be NaN too: stop before saving any
+        for step, value in enumerate(values, start=self.state.step - len(values) + 1):
+            if not math.isfinite(value):  # later steps would be NaN too: stop before saving
                 raise FloatingPointError(f"the loss became {value} at step {step}")
             self.state.losses.append(value)
             self.log("train/loss", value, step)
 
     def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        """The batches of `epoch`, after the first `skip`; the same on every run. Compiled, each is padded
-        to the full example length (PAD targets add no loss); on an accelerator, they come already there."""
+        """The batches of `epoch` after the first `skip`, the same on every run. When compiled, each is padded to the
+        full example length (PAD targets add no loss)."""
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, epoch])
         batches = itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
@@ -211,8 +203,8 @@ class Trainer:
         return batches if self.device.type == "cpu" else on_device(list(batches), self.device)
 
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One optimizer step on the batch x, y (B, T); returns its loss (on the device). The gradient is summed
-        over the micro-batches, each weighted by its share of the batch's targets: the whole batch's step."""
+        """One optimizer step on x, y (B, T); returns the loss, still on the device. Each micro-batch's loss is
+        weighted by its share of the batch's targets, so the summed gradient is the whole batch's."""
         x, y = x.to(self.device), y.to(self.device)
         self.model.zero_grad(set_to_none=True)
         losses, self.state.step_positions = [], 0
@@ -232,7 +224,7 @@ class Trainer:
         return self.state.stop or (self.config.max_steps is not None and self.state.step >= self.config.max_steps)
 
     def checkpoint(self) -> dict:
-        """Everything needed to continue this run exactly (tensors and plain types only)."""
+        """Everything needed to continue this run exactly, as tensors and plain types."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -258,27 +250,18 @@ class Trainer:
             self.save_checkpoint()
 
     def resume(self, ckpt: dict) -> None:
-        """Continue from a checkpoint dict (see `checkpoint`), e.g. from utils.torch_load_safe; a ValueError saying
-        what does not fit when its contents are not this run's (fields, types, positions, shapes, generator states):
-        a checkpoint is data from outside."""
+        """Continue from a `checkpoint` dict; one that does not fit this run (data from outside) raises a ValueError."""
         try:
             state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
-            counts = (state.step, state.epoch, state.batch_in_epoch, state.tokens, state.max_epochs)
-            if (
-                not all(type(n) is int and n >= 0 for n in counts)
-                or state.batches_per_epoch != self.state.batches_per_epoch
-            ):
-                raise ValueError("its step counts are not whole numbers of this run's batches")
-            if (
-                state.step != state.epoch * state.batches_per_epoch + state.batch_in_epoch
-                or state.epoch > state.max_epochs
-            ):
-                raise ValueError(f"step {state.step} is not where epoch {state.epoch} and its batches end")
+            batches = self.state.batches_per_epoch
+            where = (type(state.step), state.batches_per_epoch, state.step - state.epoch * batches)
+            if where != (int, batches, state.batch_in_epoch) or not 0 <= state.epoch <= state.max_epochs:
+                raise ValueError(f"step {state.step} is not a step of this run's epochs of {batches} batches")
+            if not 0 <= state.batch_in_epoch < batches:
+                raise ValueError(f"batch {state.batch_in_epoch} is not one of an epoch's {batches}")
             self.model.load_state_dict(ckpt["model"])
             self.optimizer.load_state_dict(ckpt["optimizer"])
             set_rng_states(ckpt["rng"])
         except (KeyError, TypeError, IndexError, RuntimeError, AttributeError) as e:
-            raise ValueError(
-                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'a field is missing'}"
-            ) from None
+            raise ValueError(f"{type(e).__name__}: {e}".splitlines()[0]) from None
         self.state = state

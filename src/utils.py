@@ -1,4 +1,4 @@
-"""Small shared helpers: user errors, settings, seeding, checked inputs and outputs, atomic writes, data files."""
+"""Small shared helpers: user errors, settings, seeding, checked and atomic file I/O, data files."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -33,26 +34,28 @@ class UserError(Exception):
     """A mistake in the user's input: printed as one line, exit code 2, no traceback."""
 
 
-# ---------------------------------------------------------------------------
 # Settings: a dataclass field per flag, with its rule beside it
 
 
 def setting(default: Any, help: str | None, **rule_and_options: Any) -> Any:
-    """A dataclass field that is a command-line setting: its default, its --help text and, in its metadata,
-    its rule (at_least, above, at_most: a number's range; setting_problems applies it) and whatever else
-    the command's parser reads (type, choices, ...)."""
+    """A dataclass field for a flag, with its --help text, rule (at_least, above, at_most) and parser options
+    as metadata."""
     return field(default=default, metadata={"help": help, **rule_and_options})
 
 
 def setting_problems(settings: object) -> Iterator[str]:
-    """'--name must be ..., got value' for each number of dataclass `settings` outside its field's rule."""
+    """'--name must be ..., got value' for each number in `settings` that breaks its rule."""
     for f in fields(settings):
         value = getattr(settings, f.name)
         low, above, high = (f.metadata.get(k) for k in ("at_least", "above", "at_most"))
         if isinstance(value, bool) or not isinstance(value, int | float) or (low, above, high) == (None, None, None):
             continue
-        if not (math.isfinite(value) and (low is None or value >= low) and (above is None or value > above)
-                and (high is None or value <= high)):  # fmt: skip
+        if not (
+            math.isfinite(value)
+            and (low is None or value >= low)
+            and (above is None or value > above)
+            and (high is None or value <= high)
+        ):
             words = "a positive number" if above == 0 else f"above {above}" if above is not None else ""
             words = words or (f"between {low} and {high}" if high is not None else f"at least {low}")
             yield f"--{f.name} must be {words}, got {value}"
@@ -66,7 +69,7 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_states() -> dict:
-    """The states of python's, numpy's and torch's generators (CPU and CUDA), as tensors and plain types."""
+    """The random generators' states, as tensors and plain types for a checkpoint."""
     np_state = np.random.get_state()
     return {
         "python": random.getstate(),
@@ -85,32 +88,34 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-# ---------------------------------------------------------------------------
 # Files: never half written
 
 
 def _file_kind(mode: int) -> str:
-    """What a stat mode names, for error messages: "a folder", "a device", "a FIFO", ..."""
     kinds = {"d": "a folder", "c": "a device", "b": "a device", "p": "a FIFO", "s": "a socket", "-": "a file"}
-    return kinds.get(stat.filemode(mode)[0], "not a regular file")  # filemode: "drwxr-xr-x" and the like
+    return kinds.get(stat.filemode(mode)[0], "not a regular file")  # filemode: "drwxr-xr-x"
 
 
 def _why(e: OSError) -> str:
-    """An OSError's cause in the words of a one-line error."""
-    return {errno.ENOENT: "not found", errno.ENAMETOOLONG: "a name too long for the file system",
-            errno.ELOOP: "a symlink loop", errno.ENOTDIR: "a path through something that is not a folder",
-            errno.EACCES: "permission denied"}.get(e.errno, e.strerror or str(e))  # fmt: skip
+    """An OSError's cause, worded for a one-line error."""
+    return {
+        errno.ENOENT: "not found",
+        errno.ENAMETOOLONG: "a name too long for the file system",
+        errno.ELOOP: "a symlink loop",
+        errno.ENOTDIR: "a path through something that is not a folder",
+        errno.EACCES: "permission denied",
+    }.get(e.errno, e.strerror or str(e))
 
 
 def check_path_given(path: str | Path | None, flag: str) -> None:
-    """A one-line UserError naming `flag` when `path` is "": it would name the current folder, never a file."""
+    """A one-line UserError naming `flag` when `path` is "" (the current folder)."""
     if path == "":
         raise UserError(f"{flag} is empty; give a path")
 
 
 def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
-    """`path`, if it is a regular file (or a symlink to one) this process can read; else a one-line UserError
-    naming `flag`, the cause, then `hint` (a FIFO is refused: without a writer it would block the read forever)."""
+    """`path` if it is a readable regular file, else a one-line UserError naming `flag`, the cause and `hint`.
+    A FIFO is refused because, with no writer, reading it blocks forever."""
     try:
         mode = os.stat(path).st_mode
         cause = "" if stat.S_ISREG(mode) else f"is {_file_kind(mode)}, not a regular file"
@@ -125,8 +130,8 @@ def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
 
 
 def write_target(path: str | Path, flag: str = "") -> Path:
-    """The file a write to `path` replaces: `path`, or through a symlink the file it points to. A UserError
-    naming `flag` when that exists but is not a regular file (a rename would replace /dev/null) or cannot be named."""
+    """The file a write to `path` replaces: `path` or a symlink's target. A UserError naming `flag` if that is not a
+    regular file (a rename would replace /dev/null) or cannot be reached."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
@@ -142,8 +147,8 @@ def write_target(path: str | Path, flag: str = "") -> Path:
 
 
 def check_output_file(path: str | Path | None, flag: str) -> None:
-    """Fail before any work, not after hours of training, if an output cannot be written at `path` (None: not
-    given): a one-line UserError naming `flag` and the cause, such as no room in the name for a .ckpt beside it."""
+    """A one-line UserError naming `flag` if no file, and no .ckpt beside it, can be written at `path` (None:
+    not given)."""
     if path is None:
         return
     parent = write_target(path, flag).parent  # as the system reads it: "x/../p" needs a folder x
@@ -158,8 +163,7 @@ def check_output_file(path: str | Path | None, flag: str) -> None:
 
 
 def check_output_dir(path: str | Path, flag: str) -> None:
-    """A one-line UserError naming `flag` unless `path` is a folder this process can write in, or one it can
-    make: the nearest part that exists is a writable folder, and every name fits the file system."""
+    """A one-line UserError naming `flag` unless `path` is a folder this process can write in or make."""
     missing = folders_to_make(path)
     folder = missing[-1].parent if missing else Path(path)  # the part that exists; the rest is made
     try:
@@ -178,8 +182,7 @@ def check_output_dir(path: str | Path, flag: str) -> None:
 
 
 def folders_to_make(folder: str | Path) -> list[Path]:
-    """The folders that making `folder` creates, innermost first: those that do not exist yet (a failed run
-    removes these and nothing else)."""
+    """The folders that making `folder` would create, innermost first (a failed run removes only these)."""
     missing, folder = [], Path(folder)
     while not os.path.lexists(folder) and folder != folder.parent:
         missing.append(folder)
@@ -188,16 +191,43 @@ def folders_to_make(folder: str | Path) -> list[Path]:
 
 
 def physical_memory() -> float:
-    """This machine's memory in bytes (inf where the system does not say)."""
+    """This machine's memory in bytes, or inf if unknown."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return math.inf
 
 
+def training_memory_problem(parameters: int, sizes: str, extra_bytes: int = 0) -> str | None:
+    """Why a model of `parameters` parameters (set by the flags `sizes`) cannot train here, else None. It needs
+    16 bytes a parameter (fp32 weights, gradients, AdamW's moments) plus `extra_bytes`."""
+    need, have = 16 * parameters + extra_bytes, physical_memory()
+    return (
+        f"{sizes}: {need / 2**30:,.0f} GiB to train; this machine has {have / 2**30:,.0f} GiB" if need > have else None
+    )
+
+
+def write_failure(e: OSError, path: str | Path) -> UserError:
+    """The one-line error for an OSError while writing `path`."""
+    return UserError(f"{e.filename or path}: cannot be written ({e.strerror or e})")
+
+
+def run_cli(parse: Callable[[], Any], work: Callable[[Any], object]) -> int:
+    """A small CLI's entry point: work(parse()). Returns argparse's exit code, or 2 after a one-line UserError."""
+    try:
+        settings = parse()
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        work(settings)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def check_free_space(path: str | Path, needed: int, what: str) -> None:
-    """A one-line UserError, before any work, when the file system that will hold `path` has fewer than
-    `needed` bytes free for `what`."""
+    """A one-line UserError if `path`'s file system has under `needed` bytes free for `what`."""
     folder = Path(path).resolve().parent
     free = shutil.disk_usage(folder).free
     if free < needed:
@@ -212,13 +242,12 @@ def _name_max(folder: Path) -> int:
 
 
 def _temporary_stem(target: Path) -> str:
-    """The start of the temporary names of writes to `target`: short enough for any name's temporary."""
+    """The start of a temporary name for `target`, short enough for any name."""
     return "." + os.fsencode(target.name)[:200].decode(errors="ignore")
 
 
 def stale_temporaries(target: Path) -> list[Path]:
-    """The temporaries that writes to `target` by processes no longer running left behind (a kill during a
-    write)."""
+    """Temporaries for `target` left by processes no longer running (killed mid-write)."""
     stem = _temporary_stem(target)
     found = target.parent.glob(f"{glob.escape(stem)}.*-*.tmp")
     pids = {tmp: tmp.name[len(stem) + 1 :].split("-")[0] for tmp in found}
@@ -236,9 +265,8 @@ def _running(pid: int) -> bool:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it is renamed onto `path`: a crash or error before
-    the rename leaves any previous file intact. A symlink at `path` stays, the regular file it points to is
-    replaced (write_target); a new file gets the mode the umask gives, a replaced one keeps its mode."""
+    """Yield a temporary path beside `path`, renamed onto it on success, so a crash or error leaves the previous
+    file intact. A symlink at `path` stays and its target is replaced; a replaced file keeps its mode."""
     target = write_target(path)
     parent = target.parent
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
@@ -246,14 +274,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         stale.unlink(missing_ok=True)
     tmp = parent / f"{_temporary_stem(target)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
-        # 0o666: the kernel applies the umask, as for any new file (mkstemp would make it 0600)
+        # 0o666 less the umask, as for any new file (mkstemp would make it 0600)
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         if old_mode is not None:
             os.chmod(tmp, old_mode)
         yield tmp
-        _fsync(tmp)  # on disk before it is renamed into place: a crash leaves the old file or the new one
+        _fsync(tmp)  # on disk before the rename, so a crash leaves the old file or the new one
         os.replace(tmp, target)
-    except OSError as e:  # no folder, no permission, a full disk, a quota: the old file stays
+    except OSError as e:
         cause = _why(e) if os.path.isdir(parent) else f"folder {parent} does not exist"
         raise UserError(f"{path}: cannot be written ({cause}); the previous file, if any, is intact") from None
     finally:
@@ -266,31 +294,33 @@ def _fsync(path: Path) -> None:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write `text` as UTF-8 to `path` atomically (see atomic_path)."""
+    """Write `text` to `path` as UTF-8, atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 def write_json_atomic(path: str | Path, obj: object) -> None:
-    """Write `obj` as indented JSON to `path` atomically (see atomic_path)."""
+    """Write `obj` to `path` as indented JSON, atomically."""
     write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
 
 
-def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None,
-                      sealed: bool = False) -> None:  # fmt: skip
-    """torch.save `obj` to `path` atomically (see atomic_path); once the temporary is written and on disk,
-    `before_rename(temporary)` runs just before the rename (save_with_sidecar writes the params' sidecar there).
-    `sealed` saves it with the SHA-256 of its bytes, which torch_load_safe checks (checkpoints)."""
+def torch_save_atomic(
+    obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None, sealed: bool = False
+) -> None:
+    """torch.save `obj` to `path` atomically; `before_rename(temporary)` runs once the temporary is on disk.
+    `sealed` adds the bytes' SHA-256 for torch_load_safe to check."""
     if sealed:
         buffer = io.BytesIO()
         torch.save(obj, buffer)
         payload = buffer.getvalue()
-        obj = {"sealed": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
-               "sha256": hashlib.sha256(payload).hexdigest()}  # fmt: skip
+        obj = {
+            "sealed": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+        }
     with atomic_path(path) as tmp:
         try:
             torch.save(obj, tmp)
-        except RuntimeError as e:  # torch's writer reports a failed write (a full disk) this way, cryptically
+        except RuntimeError as e:  # how torch reports a failed write, such as a full disk
             code = errno.ENOSPC if shutil.disk_usage(tmp.parent).free < 1 << 20 else errno.EIO
             raise OSError(code, os.strerror(code) if code == errno.ENOSPC else str(e).splitlines()[0]) from None
         if before_rename is not None:
@@ -299,9 +329,8 @@ def torch_save_atomic(obj: object, path: str | Path, before_rename: Callable[[Pa
 
 
 def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
-    """A one-line UserError when an output is the same file as an input or as another output. Keys are flag
-    names ("--outputs_path"), values paths or None (not given), compared resolved (symlinks, "./x", "../d/x")
-    and with os.path.samefile where both exist (hard links)."""
+    """A one-line UserError when an output is the same file as an input or another output, even through
+    links. Keys are flags, values paths or None."""
     given_outputs = [(flag, Path(p)) for flag, p in outputs.items() if p is not None]
     given_inputs = [(flag, Path(p)) for flag, p in inputs.items() if p is not None]
     for i, (flag, out) in enumerate(given_outputs):
@@ -322,8 +351,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def torch_load_safe(path: str | Path, flag: str = "") -> object:
-    """torch.load with weights_only=True: tensors and plain containers only, never code. A file that
-    torch_save_atomic sealed is checked against its SHA-256 and unsealed."""
+    """torch.load of tensors and plain containers only, never code; a sealed file is checked and unsealed."""
     check_input(path, flag)
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickles; the error below says it once
@@ -352,8 +380,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def provenance(device: torch.device) -> dict:
-    """Where a result was made: the commit of this checkout ("+changes" when files differ from it, None
-    outside git), the CPU, the device, the threads and the versions of torch and Python."""
+    """This checkout's commit ("+changes" if files differ, None outside git) and the machine, for a record."""
 
     def git(*args: str) -> str | None:
         try:
@@ -365,13 +392,18 @@ def provenance(device: torch.device) -> dict:
     commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
     return {
         "commit": commit and commit + ("+changes" if changes else ""),
-        "machine": {"cpu": cpu_info().get("model name") or platform.processor(), "device": str(device),
-                    "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()},
-    }  # fmt: skip
+        "machine": {
+            "cpu": cpu_info().get("model name") or platform.processor(),
+            "device": str(device),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+    }
 
 
 def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
-    """The first processor's fields in /proc/cpuinfo ("model name", "cpu family", "model", ...); {} without it."""
+    """The first processor's fields in /proc/cpuinfo; {} without it."""
     fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path(path).read_text().splitlines():
@@ -383,14 +415,14 @@ def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
 
 
 def locate_data(name: str | Path) -> Path:
-    """Where a data file named `name` is read: `name` as given, or a bare name missing here in data/."""
+    """Where data file `name` is read: as given, or from data/ when a bare name is missing here."""
     path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
     missing = not os.path.lexists(path) and path.parent == Path(".")
     return candidate if missing and os.path.isfile(candidate) else path
 
 
 def find_data_file(name: str | Path, flag: str) -> Path:
-    """locate_data's file, checked as an input (check_input), saying so when it is data/'s."""
+    """locate_data's file checked as an input, saying so when it is data/'s."""
     path = locate_data(name)
     if path != Path(name):
         print(f"{flag}: {name} is not in the current folder; using {path}")
@@ -399,9 +431,8 @@ def find_data_file(name: str | Path, flag: str) -> Path:
 
 
 def crop_width(used: int, width: int) -> int:
-    """The width a batch is cropped to: its `used` positions rounded up to a multiple of 8, at most `width`.
-    16 tensor shapes instead of ~110 keep the CPU allocator from fragmenting: cropped to exact widths, memory grew
-    every step and steps slowed (bench/RESEARCH.md)."""
+    """`used` rounded up to a multiple of 8, at most `width`. With exact widths, the CPU allocator fragmented
+    and steps slowed (bench/RESEARCH.md)."""
     return min(width, -(-used // 8) * 8)
 
 
@@ -412,8 +443,7 @@ def plural(n: int, word: str) -> str:
 
 @contextlib.contextmanager
 def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
-    """Inside, a thread dying of an OSError (TensorBoard's writer on a full disk) prints nothing: the main
-    thread meets the error at its next write and says it in one line."""
+    """Inside, a thread dying of an OSError prints nothing; the main thread meets the error and reports it."""
     previous = threading.excepthook
     threading.excepthook = lambda hook: issubclass(hook.exc_type, OSError) or previous(hook)
     try:
@@ -423,8 +453,8 @@ def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
 
 
 class Progress:
-    """Prints `what`'s progress, `update(done)` of `total`, as plain lines (logs show them) at most every `every`
-    seconds; the time left is estimated from after the first update, which pays one-time costs."""
+    """Prints `what`'s progress, `update(done)` of `total`, at most every `every` seconds. The time left is
+    estimated after the first update, which pays one-time costs."""
 
     def __init__(self, what: str, total: int, every: float = 20.0):
         self.what, self.total, self.every = what, total, every

@@ -229,7 +229,7 @@ def reader(corpus: Path, tsv: Path) -> str:
                      "--recite_chars", "40")  # fmt: skip
 
 
-@pytest.mark.parametrize("chars", [None, "abc", 100000, -5, True, 125])  # 125: no room left for an answer
+@pytest.mark.parametrize("chars", [None, "abc", 100000, -5, True, 126])  # 126: no room left for a one-letter place
 def test_a_readers_sidecar_with_a_bad_recitation_length_is_refused(
     tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, chars
 ):
@@ -527,3 +527,46 @@ def test_params_with_a_flipped_byte_are_refused_and_params_without_a_hash_are_us
 
 def test_a_dropout_too_close_to_one_to_train_is_refused(tiny_corpus, capsys):
     refused(capsys, pretrain(tiny_corpus, "--dropout", "0.99999"), "--dropout must be between 0 and 0.99")
+
+
+def test_params_whose_sidecar_records_no_vocabulary_are_used_with_a_warning_to_use_their_corpus(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    side = json.loads(Path(f"{params}.json").read_text())
+    del side["vocab"]  # as an older sidecar: the model's sizes and the params' hash only
+    Path(f"{params}.json").write_text(json.dumps(side))
+    capsys.readouterr()
+    assert run.main([str(a) for a in evaluate(tiny_corpus, params, tiny_dev_tsv)]) == 0
+    assert (
+        f"warning: {params}: its sidecar records no vocabulary; use the corpus it was trained on"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_scores_file_that_cannot_be_written_leaves_no_predictions_behind(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, monkeypatch
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    write = answers.write_text_atomic
+
+    def full_disk_for_scores(path, text):
+        if str(path) == "out.scores":
+            raise UserError(f"{path}: cannot be written (No space left on device)")
+        write(path, text)
+
+    monkeypatch.setattr(answers, "write_text_atomic", full_disk_for_scores)
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv, "--scores_path", "out.scores"), "out.scores")
+    assert not Path("out.predictions").exists() and not Path("out.predictions.json").exists()
+
+
+@pytest.mark.parametrize("place", ["Lon\x00don", "Lond\u00f8n"])
+def test_a_gold_place_with_a_character_outside_the_vocabulary_is_refused_naming_its_line(
+    tiny_corpus, tiny_train_tsv, capsys, place
+):
+    params = finetuned(tiny_corpus, tiny_train_tsv)
+    Path("gold.tsv").write_text(f"Where was Ada Lovelace born?\tLondon\nWhere was Carl Gauss born?\t{place}\n")
+    capsys.readouterr()
+    refused(capsys, evaluate(tiny_corpus, params, "gold.tsv"), "gold.tsv:2: character", "is not in the vocabulary")
+    assert not Path("out.predictions").exists()

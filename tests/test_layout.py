@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import subprocess
+import tokenize
+from pathlib import Path
 
 from conftest import REPO_ROOT
 
@@ -22,30 +24,37 @@ def test_no_function_in_src_is_longer_than_50_lines():
     assert long == []
 
 
-def test_the_cli_module_holds_at_most_400_lines():
-    assert len((SRC / "run.py").read_text(encoding="utf-8").splitlines()) <= 400
+def characters(path: Path) -> int:
+    """What a reader reads: the characters that are not whitespace (a count of lines would reward packing them)."""
+    return sum(not c.isspace() for c in path.read_text(encoding="utf-8"))
 
 
-# src/ without the AddSub demo held 2,775 lines before the refactor into one path and one config, 3,360 with
-# the recite protocol and the thread choice, 3,812 with the guards against hostile input, what a user sees
-# (TensorBoard runs, progress, help) and the micro-batches; 4,047 with the machine policy measured and cached
-# (machine.py), the loop's named TrainState, sealed checkpoints and params verified by hash everywhere, each
-# flag's rule beside its field and the file rules in one function each; 3,979 with the GPU's host-side loop
-# (losses read in batches, one transfer an epoch, --compile) paid for by one home for the model sizes, preset
-# values and answer limit, hint-only Protocols dropped and docstrings that said things twice; 3,907 with one
-# epoch_batches for both datasets and one home for a block's sublayers; 3,857 with the trainer's same-named settings
-# copied in one line and docstrings wrapped to 120 columns; 3,715 without --ensemble_params (superseded by recite)
-# and with branches that could not run, duplicated checks and one-caller helpers gone; 3,500 with one decoder
-# (GPT.generate over prompts of one length, 1.6x slower decoding: bench/RESEARCH.md section 10), a time budget's
-# plan kept in the TrainState, and padding, binning and one-caller helpers left to numpy, torch and their callers.
-# A feature pays for its lines with a simplification, and the ceiling only comes down (raise it on purpose,
-# saying why).
-SRC_LINES_CEILING = 3500
+# src/ without the AddSub demo: the ceiling only comes down. A feature pays for its characters with a simplification;
+# raise it only on purpose, saying why in the commit.
+SRC_CHARACTERS_CEILING = 135_000
+CLI_CHARACTERS_CEILING = 17_900  # run.py: read in one sitting
 
 
-def test_src_without_the_addsub_demo_stays_under_its_line_ceiling():
-    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.glob("*.py") if p.name != "addsub.py")
-    assert lines <= SRC_LINES_CEILING
+def test_src_without_the_addsub_demo_stays_under_its_character_ceiling():
+    assert sum(characters(p) for p in SRC.glob("*.py") if p.name != "addsub.py") <= SRC_CHARACTERS_CEILING
+
+
+def test_the_cli_module_stays_under_its_character_ceiling():
+    assert characters(SRC / "run.py") <= CLI_CHARACTERS_CEILING
+
+
+def test_src_is_formatted_as_the_formatter_leaves_it_but_for_a_few_aligned_tables():
+    markers = sum(p.read_text(encoding="utf-8").count("# fmt: skip") for p in SRC.glob("*.py"))
+    assert markers <= 15
+
+
+def test_no_statements_in_src_are_joined_with_semicolons():
+    joined = []
+    for path in sorted(SRC.glob("*.py")):
+        with path.open(encoding="utf-8") as f:
+            tokens = tokenize.generate_tokens(f.readline)
+            joined += [f"{path.name}:{t.start[0]}" for t in tokens if t.type == tokenize.OP and t.string == ";"]
+    assert joined == []
 
 
 def test_every_file_in_bench_results_is_named_by_a_script_a_test_or_the_research_notes():

@@ -22,11 +22,12 @@ from utils import atomic_path, torch_load_safe
 RUN = [sys.executable, str(REPO_ROOT / "src" / "run.py")]
 
 
-def tiny_trainer(max_steps: int, ckpt: Path | None, optimizer: str = "adamw") -> Trainer:
+def tiny_trainer(max_steps: int, ckpt: Path | None, optimizer: str = "adamw", variant: str = "vanilla") -> Trainer:
     random.seed(0)
     torch.manual_seed(0)
     ds = tiny_people_dataset()
-    model = GPT(GPTConfig(vocab_size=ds.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    sizes = {"block_size": 32, "n_layer": 3, "n_head": 2, "n_embd": 16, "variant": variant, "bottleneck_dim": 16}
+    model = GPT(GPTConfig(vocab_size=ds.vocab_size, **sizes))
     cfg = TrainerConfig(
         max_epochs=4, batch_size=7, learning_rate=1e-2, warmup_tokens=50, final_tokens=5000,
         max_steps=max_steps, ckpt_path=str(ckpt) if ckpt else None, ckpt_every=0, optimizer=optimizer,
@@ -34,13 +35,15 @@ def tiny_trainer(max_steps: int, ckpt: Path | None, optimizer: str = "adamw") ->
     return Trainer(model, ds, cfg, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_resumed_training_ends_bit_identical_to_an_uninterrupted_run(optimizer, tmp_path):
-    straight = tiny_trainer(16, None, optimizer)
+@pytest.mark.parametrize(
+    ("variant", "optimizer"), [("vanilla", "adamw"), ("vanilla", "muon"), ("perceiver", "muon"), ("rope", "muon")]
+)
+def test_resumed_training_ends_bit_identical_to_an_uninterrupted_run(variant, optimizer, tmp_path):
+    straight = tiny_trainer(16, None, optimizer, variant)
     straight.train()
-    first = tiny_trainer(9, tmp_path / "a.ckpt", optimizer)  # stops mid-epoch (6 batches an epoch)
+    first = tiny_trainer(9, tmp_path / "a.ckpt", optimizer, variant)  # stops mid-epoch (6 batches an epoch)
     first.train()
-    second = tiny_trainer(16, None, optimizer)
+    second = tiny_trainer(16, None, optimizer, variant)
     torch.manual_seed(123)  # a different RNG state, which resume must restore
     second.resume(torch_load_safe(tmp_path / "a.ckpt"))
     second.train()

@@ -203,3 +203,10 @@ def test_sampling_among_the_top_1_is_greedy():
     idx = torch.randint(2, 20, (2, 4))
     # Bitwise by design: the same forward passes on the same batch, and the top 1 of their logits is their argmax.
     assert torch.equal(model.generate(idx, 8, temperature=0.7, do_sample=True, top_k=1), model.generate(idx, 8))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_generate_leaves_the_model_in_the_mode_it_found(training):
+    model = GPT(GPTConfig(vocab_size=10, block_size=16, n_layer=1, n_head=1, n_embd=8)).train(training)
+    model.generate(torch.zeros(2, 3, dtype=torch.long), 4)
+    assert model.training is training

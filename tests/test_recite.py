@@ -141,18 +141,21 @@ def test_place_in_recitation_is_the_share_of_recitations_holding_the_gold_place(
 
 
 def test_recitation_length_must_leave_room_for_the_answer_in_the_block():
-    model = tiny_gpt(40)
-    recite.check_recite_chars(128 - 2 - 15, model, ["x" * 15])
-    with pytest.raises(UserError, match="leaves no room for the answer: the block of 128"):
-        recite.check_recite_chars(128 - 1 - 15, model, ["x" * 15])
+    assert recite.recite_chars_problem(128 - 2 - 15, "vanilla", 32, 128, 15) is None
+    problem = recite.recite_chars_problem(128 - 1 - 15, "vanilla", 32, 128, 15)
+    assert problem.startswith("leaves no room for the answer: the block of 128")
 
 
 def test_the_perceiver_recites_only_what_its_bottleneck_reads():
-    model = tiny_gpt(40, variant="perceiver", bottleneck_dim=64)
     assert recite.default_recite_chars("perceiver", 64) == 48
-    recite.check_recite_chars(48, model, ["x" * 15])
-    with pytest.raises(UserError, match="the perceiver's bottleneck, which reads only the first 64 characters"):
-        recite.check_recite_chars(49, model, ["x" * 15])
+    assert recite.recite_chars_problem(48, "perceiver", 64, 128, 15) is None
+    problem = recite.recite_chars_problem(49, "perceiver", 64, 128, 15)
+    assert "the perceiver's bottleneck, which reads only the first 64 characters" in problem
+
+
+@pytest.mark.parametrize("chars", [0, -1, 10**12, "100", None])
+def test_a_recitation_length_that_is_no_whole_number_in_range_is_refused(chars):
+    assert recite.recite_chars_problem(chars, "vanilla", 32, 128, 14).startswith("leaves no room for the answer")
 
 
 def test_the_link_names_the_pretrained_params_relative_to_the_reader(tmp_path):
@@ -233,7 +236,7 @@ def test_recite_without_reading_params_is_one_line_and_exit_2(tiny_corpus, tiny_
 def test_a_recitation_length_without_room_is_one_line_and_exit_2(tiny_corpus, tiny_train_tsv, capsys):
     assert pretrain_and_read(tiny_corpus, tiny_train_tsv, "vanilla", "--recite_chars", 120) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--recite_chars must be between 1 and 112, got 120" in err
+    assert err.count("\n") == 1 and "--recite_chars 120 leaves no room for the answer: the block of 128" in err
     assert not Path("reader.params").exists()
 
 

@@ -90,7 +90,7 @@ def extra_flags_problem(flags: str) -> str:
         ("--n_layer 1", "the perceiver needs --n_layer of at least 2"),
         ("--bottleneck_dim 0", "--bottleneck_dim must be between 1 and 128, got 0"),
         ("--tb_expt_name a/b", "--tb_expt_name must be a plain name"),
-        ("--tb_dir /dev/null", "must not set --tb_dir (--tb_dir /dev/null): run.sh names each step's files"),
+        ("--tb_dir /dev/null", "must not set --tb_dir (--tb_dir /dev/null): run.sh names the files"),
         ("--reading_params_path nope.params", "must not set --reading_params_path"),
         ("--max_epochs 3", "set PRETRAIN_EPOCHS, FINETUNE_EPOCHS or NOPRETRAIN_EPOCHS instead"),
         ("--budget_minutes 3", "run.sh plans the budgets to TOTAL_MINUTES"),

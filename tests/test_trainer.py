@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import machine
 import trainer as loop
 from bench import course
 from dataset import CharCorruptionDataset, micro_batches
@@ -195,7 +196,7 @@ def test_a_run_prints_a_line_for_its_first_and_last_epoch_and_each_tenth_between
 
 @pytest.mark.parametrize("variant", ["vanilla", "perceiver", "rope"])
 def test_a_compiled_model_on_batches_padded_to_one_width_trains_as_the_eager_one(monkeypatch, variant):
-    monkeypatch.setattr(loop, "COMPILE_BACKEND", "aot_eager")  # the same graph, without generating code
+    monkeypatch.setattr(machine, "COMPILE_BACKEND", "aot_eager")  # the same graph, without generating code
     torch._dynamo.reset()
     eager = tiny_run(steps=6, dropout=0.0, dtype=torch.float64, variant=variant)
     compiled = tiny_run(steps=6, dropout=0.0, dtype=torch.float64, variant=variant, compile=True)
@@ -204,7 +205,7 @@ def test_a_compiled_model_on_batches_padded_to_one_width_trains_as_the_eager_one
 
 
 def test_a_compiled_model_trains_with_the_handouts_dropout(monkeypatch):
-    monkeypatch.setattr(loop, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(machine, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
     losses = tiny_run(steps=10, dropout=0.1, compile=True)
     assert all(math.isfinite(x) for x in losses) and np.mean(losses[-3:]) < np.mean(losses[:3])
