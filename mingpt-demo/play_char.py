@@ -147,7 +147,7 @@ def make_datasets(
 ) -> tuple[CharDataset, CharDataset | None]:
     """Train on the first (1 - val_fraction) of the text, validate on the rest (None if too short).
     The vocabulary is the text's characters unless given (a saved model's)."""
-    vocab = vocab or Vocabulary.from_text(text)
+    vocab = vocab or Vocabulary(text)
     n_val = int(len(text) * val_fraction)
     train_set = CharDataset(text[: len(text) - n_val], block_size, vocab)
     val_set = CharDataset(text[len(text) - n_val :], block_size, vocab) if n_val > block_size else None

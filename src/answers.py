@@ -54,7 +54,7 @@ def evaluate(
     for key, value in found.items():
         writer.add_scalar(f"eval/{key}", value, 0)
     counts = {"questions": len(questions), "with_places": total, "correct": correct}
-    if args.scores_path is not None:  # first: a failed write then leaves no predictions without their scores
+    if args.scores_path is not None:  # first: a failed write leaves no predictions
         write_text_atomic(args.scores_path, scores_tsv(entries, scores))
     answers = iter(s.answer for s in scores)
     write_text_atomic(args.outputs_path, "".join((next(answers) if q is not None else "") + "\n" for q in entries))
@@ -99,7 +99,7 @@ def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torc
     answer = predict(model, vocab, [prompt], device, copy=reader)[0]
     (score,) = score_answers(model, vocab, [prompt], [answer], device)
     if reader:
-        per_character = math.exp(score.mean_logprob)
-        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {per_character:.3g} per character)")
+        p = math.exp(score.mean_logprob)
+        print(f"I recall: {prompt!r} -> {answer!r} (confidence: probability {p:.3g} per character)")
     alternatives = beam_search(model, vocab, prompt, device, copy=reader)
     print(format_ask(question, score, alternatives))

@@ -16,11 +16,11 @@ from machine import ThreadChooser
 from trainer import Trainer, TrainerConfig, TrainState, learning_rate
 from utils import plural
 
-# The plan fills this share of the budget, since the last epochs may run slower than those that set the pace.
+# The plan fills this share of the budget: the last epochs may run slower than those that set the pace.
 FIT_SHARE = 0.97
-# The pace is the median of this many latest whole epochs, so that one slow epoch does not shrink the plan.
+# The pace: the median of this many latest whole epochs (one slow epoch does not shrink the plan).
 PACE_EPOCHS = 3
-# The first estimate waits for this many steps on batch shapes seen before: a new shape's first step sets up kernels.
+# Steps on seen batch shapes the first estimate waits for: a new shape's first step sets up kernels.
 WARM_STEPS = 5
 
 

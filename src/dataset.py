@@ -6,7 +6,7 @@ Both keep the handout's `ds[i] -> (x, y)` (bench/course.py); our trainer batches
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,15 +40,11 @@ def question_problem(text: str, block_size: int) -> str | None:
 class Vocabulary:
     """Character <-> id map: PAD = 0, MASK = 1, then the sorted characters of a corpus."""
 
-    def __init__(self, chars: list[str]):
-        if reserved := reserved_problem("".join(chars)):
-            raise UserError(f"the corpus {reserved}")
+    def __init__(self, chars: Iterable[str]):
         self.itos = [PAD_CHAR, MASK_CHAR] + sorted(set(chars))
+        if reserved := reserved_problem("".join(self.itos[2:])):
+            raise UserError(f"the corpus {reserved}")
         self.stoi = {c: i for i, c in enumerate(self.itos)}
-
-    @classmethod
-    def from_text(cls, text: str) -> Vocabulary:
-        return cls(sorted(set(text)))
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -123,7 +119,7 @@ class CharCorruptionDataset(BatchedDataset):
     length block_size - 1, y = x shifted by one. The corpus defines the vocabulary."""
 
     def __init__(self, data: str, block_size: int, source: str = "corpus") -> None:
-        self.vocab = Vocabulary.from_text(data)
+        self.vocab = Vocabulary(data)
         self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
         self.vocab_size = len(self.vocab)
         self.block_size = block_size

@@ -28,9 +28,9 @@ def run_role(args: RunConfig) -> str:
     if args.function == "finetune":
         return "reader" if args.recite else "finetune" if args.reading_params_path else "finetune-scratch"
     side = (read_sidecar(args.reading_params_path) if args.reading_params_path else None) or {}
-    made_with = side.get("config") if isinstance(side.get("config"), dict) else {}
+    made_with = side.get("config")
     how = "recite" if side.get("protocol") == "recite" else "direct"
-    if how == "direct" and made_with and not made_with.get("reading_params_path"):
+    if how == "direct" and isinstance(made_with, dict) and made_with and not made_with.get("reading_params_path"):
         how = "scratch"
     return f"evaluate-{how}-{Path(args.eval_corpus_path or '').stem[:40]}"
 

@@ -107,7 +107,7 @@ def measure(device: torch.device) -> Measured:
         best = [min(b, seconds(*probe)) for b, probe in zip(best, probes)]
         rounds += 1
     torch.set_num_threads(threads)
-    flops = 3 * 2 * 2 * rows * WIDTH * 4 * WIDTH  # two matmuls, forward and backward (twice the forward's)
+    flops = 3 * 2 * 2 * rows * WIDTH * 4 * WIDTH  # two matmuls, forward and backward (twice as much)
     return Measured(flops / best[1] / 1e9, flops / best[0] / 1e9, best[2] / best[0], time.strftime("%Y-%m-%d"))
 
 
@@ -209,7 +209,7 @@ TRY_STEPS = 6  # steps timed on the other count in a try
 TRY_EVERY = 30.0  # training seconds between tries; doubled after each lost try, up to
 TRY_EVERY_MAX = 120.0  # ... this; back to TRY_EVERY once steps take SLOWDOWN times as long
 SLOWDOWN = 1.3
-SWITCH_MARGIN = 1.1  # the other count must be this much faster, so noise does not flip the choice
+SWITCH_MARGIN = 1.1  # how much faster the other count must be: noise does not flip the choice
 
 
 class ThreadChooser:
@@ -226,7 +226,7 @@ class ThreadChooser:
         self.pace_ratios: list[float] = []  # the latest home steps against `confirmed`
         self.tried_steps = 0
         self.interval = self.next_try = TRY_EVERY
-        self.warming = False  # the first step after a change starts the threads: not timed
+        self.warming = False  # the first step after a change is not timed: it starts the threads
         self.switches = 0
 
     def after_step(self, seconds: float, tokens: int, now: float) -> str | None:

@@ -123,6 +123,16 @@ def stored_sizes(path: str | None, flag: str) -> dict:
     return sizes
 
 
+def finite_logits(model: GPT, state: dict) -> bool:
+    """Load `state` into `model`; whether its logits over a block are finite (in eval mode: no random numbers)."""
+    model.load_state_dict(state)
+    training = model.training
+    with torch.no_grad():
+        finite = bool(model.eval()(torch.zeros(1, model.config.block_size, dtype=torch.long))[0].isfinite().all())
+    model.train(training)
+    return finite
+
+
 def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
     """Load `path` into `model` and return its SHA-256; another model's params get a one-line error."""
     state, have, sha256 = load_verified(path)
@@ -145,12 +155,11 @@ def load_params(model: GPT, vocab: Vocabulary, path: str) -> str:
             f"{key} has shape {tuple(state[key].shape)}, this model needs {tuple(expected[key].shape)} "
             "(another bottleneck_dim, vocabulary or model size?)"
         )
-    elif (key := next((k for k, v in state.items() if not v.isfinite().all()), None)) is not None:
-        problem = f"{key} holds NaN or infinite weights: these params cannot answer or train"
+    elif not finite_logits(model, state):
+        problem = "its weights give NaN or infinite logits: these params cannot answer or train"
     else:
-        model.load_state_dict(state)
         warn_unverified(path, have)
-        if "vocab" not in have:  # a vocabulary of the same size with other characters would decode garbage
+        if "vocab" not in have:  # another of the same size would decode garbage
             print(
                 f"warning: {path}: its sidecar records no vocabulary; use the corpus it was trained on", file=sys.stderr
             )

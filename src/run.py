@@ -159,7 +159,7 @@ def train(
         parent = load_params(model, corpus.vocab, args.reading_params_path)
     check_room(args, model)
     dataset, extra = training_data(args, corpus, model, device)
-    # micro-batches only for the handout's file order, where measured cheap; a bucketed batch is cropped whole
+    # the file order in micro-batches where measured cheap; a bucketed batch is cropped whole
     chosen = machine.choose(device, args.fp32, args.micro_batch if args.order == "file" else 0)
     cfg = TrainerConfig(
         **{name: getattr(args, name) for name in TRAINER_SETTINGS},
@@ -409,8 +409,8 @@ def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str,
 
 
 def print_extra_flags(argv: list[str]) -> int:
-    """run.sh's check of EXTRA_FLAGS; argv is PRESET, VARIANTS, then the words. Prints each command's flags
-    on a line and returns 0, or prints one error line and returns 2."""
+    """run.sh's EXTRA_FLAGS check (argv: PRESET, VARIANTS, the words): prints a line of flags a command and returns
+    0, or one error line and 2."""
     try:
         taken = extra_flags(argv[2:], argv[0], argv[1].split())
     except UserError as e:

@@ -20,7 +20,7 @@ from machine import autocast, compiled, on_device
 from optim import make_optimizer
 from utils import rng_states, set_rng_states, torch_save_atomic
 
-# Losses are read from the device every this many steps: reading one waits for the step to finish.
+# Steps between reads of the losses from the device: a read waits for the step to finish.
 LOSS_EVERY = 16
 
 

@@ -39,7 +39,7 @@ def corpus_dataset(text: str | None = None) -> CharCorruptionDataset:
 
 
 def test_vocabulary_puts_pad_at_0_mask_at_1_then_sorted_corpus_characters():
-    v = Vocabulary.from_text("cab\nb")
+    v = Vocabulary("cab\nb")
     assert v.itos == [PAD_CHAR, MASK_CHAR, "\n", "a", "b", "c"]
     assert v.stoi[PAD_CHAR] == 0 and v.stoi[MASK_CHAR] == 1
 
@@ -52,7 +52,7 @@ def test_real_corpus_gives_the_handouts_256_symbols():
 
 def test_character_outside_vocabulary_is_a_user_error_naming_the_place():
     with pytest.raises(UserError, match=r"q\.tsv:3: character 'Z'"):
-        Vocabulary.from_text("abc").encode("abZ", where="q.tsv:3")
+        Vocabulary("abc").encode("abZ", where="q.tsv:3")
 
 
 def test_examples_are_shifted_pairs_of_length_block_minus_one():

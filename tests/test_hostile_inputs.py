@@ -334,19 +334,20 @@ def test_a_temporary_name_stays_within_the_name_limit_for_the_longest_legal_name
     assert target.read_bytes() == b"x"
 
 
-def test_params_with_nan_weights_and_a_consistent_hash_are_refused_naming_the_tensor(
-    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys
+@pytest.mark.parametrize("weight", [float("nan"), 1e38])  # 1e38 is finite, but the logits overflow
+def test_params_giving_non_finite_logits_with_a_consistent_hash_are_refused_in_one_line(
+    tiny_corpus, tiny_train_tsv, tiny_dev_tsv, capsys, weight
 ):
     params = finetuned(tiny_corpus, tiny_train_tsv)
     corpus = run.CharCorruptionDataset(run.read_text(tiny_corpus), run.BLOCK_SIZE)
     config = run.resolved_config([str(a) for a in evaluate(tiny_corpus, params, tiny_dev_tsv)])
     model = run.build_model(config, corpus.vocab_size)
     with torch.no_grad():
-        model.head.weight.fill_(float("nan"))
+        model.head.weight.fill_(weight)
     run.save_params(model, corpus.vocab, params, {})  # sealed anew: its hash matches
     shutil.rmtree("expt")
     capsys.readouterr()
-    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv), "head.weight holds NaN or infinite weights")
+    refused(capsys, evaluate(tiny_corpus, params, tiny_dev_tsv), "its weights give NaN or infinite logits")
     assert nothing_written("out.predictions", "out.predictions.json")
 
 
