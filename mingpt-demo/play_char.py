@@ -127,11 +127,11 @@ class CharDataset(Dataset):
         return window[:-1], window[1:]
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, bucket: bool = True
+        self, batch_size: int, rng: np.random.Generator, order: str = "", crop: bool = True
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """len(self) windows (B, block_size) per epoch: the cut shifted by a random offset, in random order.
 
-        Every window has the same length, so there is nothing to bucket: `bucket` is accepted and ignored.
+        Every window has the same length, so there is nothing to order or crop: `order` and `crop` are ignored.
         """
         last = len(self.ids) - 1 - self.block_size  # the last possible start
         starts = rng.integers(self.block_size) + self.block_size * rng.permutation(len(self))

@@ -93,10 +93,10 @@ class BatchedDataset(Dataset):
         return len(self.data)
 
     def epoch_batches(
-        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed"
+        self, batch_size: int, rng: np.random.Generator, order: str = "bucketed", crop: bool = True
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch of shifted (x, y) batches (B, T) in an ORDERS `order`, each cropped to its longest example
-        (utils.crop_width), as PAD targets add no loss."""
+        (utils.crop_width), as PAD targets add no loss; crop=False: all of the full width."""
         if order not in ORDERS:
             raise ValueError(f"unknown order {order!r}")
         examples = np.arange(len(self)) if order == "file" else rng.permutation(len(self))
@@ -110,7 +110,7 @@ class BatchedDataset(Dataset):
         for s in starts:
             idx = rows[s : s + batch_size]
             # Only x positions up to real_len - 2 have targets that are not PAD.
-            width = crop_width(int(real_len[idx].max()) - 1, ids.shape[1] - 1)
+            width = crop_width(int(real_len[idx].max()) - 1, ids.shape[1] - 1) if crop else ids.shape[1] - 1
             yield torch.from_numpy(ids[idx, :width]), torch.from_numpy(targets[idx, 1 : width + 1])
 
 

@@ -16,8 +16,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from config import RunConfig
 from params import read_sidecar
-from trainer import TrainingInterrupted
-from utils import folders_to_make, no_thread_tracebacks_for_os_errors, write_failure
+from utils import TrainingInterrupted, folders_to_make, no_thread_tracebacks_for_os_errors, write_failure
 
 
 def run_role(args: RunConfig) -> str:

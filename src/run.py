@@ -59,8 +59,9 @@ from dataset import CharCorruptionDataset, NameDataset, read_text
 from logs import tensorboard_run
 from model import GPT
 from params import load_params, read_sidecar, save_params, sidecar_path
-from trainer import Trainer, TrainerConfig, TrainingInterrupted
+from trainer import Trainer, TrainerConfig
 from utils import (
+    TrainingInterrupted,
     UserError,
     check_free_space,
     check_output_file,

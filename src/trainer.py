@@ -18,10 +18,9 @@ from tqdm import tqdm
 from dataset import micro_batches
 from machine import autocast, compiled, on_device
 from optim import make_optimizer
-from utils import rng_states, set_rng_states, torch_save_atomic
+from utils import TrainingInterrupted, epoch_line_due, rng_states, set_rng_states, torch_save_atomic
 
-# Steps between reads of the losses from the device: a read waits for the step to finish.
-LOSS_EVERY = 16
+LOSS_EVERY = 16  # steps between reads of the losses from the device: a read waits for the step to finish
 
 
 @dataclass
@@ -79,18 +78,8 @@ def learning_rate(config: TrainerConfig, s: TrainState) -> float:
     if s.tokens < config.warmup_tokens:
         return config.learning_rate * s.tokens / max(1, config.warmup_tokens)
     progress = (s.tokens - config.warmup_tokens) / max(1, s.final_tokens - config.warmup_tokens)
-    if config.cosine_cap:
-        progress = min(progress, 1.0)
+    progress = min(progress, 1.0) if config.cosine_cap else progress
     return config.learning_rate * max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def epoch_line_due(epoch: int, max_epochs: int) -> bool:
-    """Whether epoch (1-based) gets a line: the first, the last and each that completes a tenth of the run."""
-    return epoch <= 1 or epoch >= max_epochs or epoch * 10 // max_epochs > (epoch - 1) * 10 // max_epochs
-
-
-class TrainingInterrupted(Exception):
-    """Raised after SIGINT/SIGTERM once a checkpoint has been written; carries its path."""
 
 
 class Trainer:
@@ -192,14 +181,11 @@ class Trainer:
             self.log("train/loss", value, step)
 
     def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        """The batches of `epoch` after the first `skip`, the same on every run. When compiled, each is padded to the
-        full example length (PAD targets add no loss)."""
+        """The batches of `epoch` after the first `skip`, the same on every run; compiled, all of one (the full) width."""
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, epoch])
-        batches = itertools.islice(self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order), skip, None)
-        if cfg.compile:
-            width = self.train_dataset.example_length
-            batches = (tuple(torch.nn.functional.pad(t, (0, width - t.size(1))) for t in pair) for pair in batches)
+        epoch_batches = self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order, crop=not cfg.compile)
+        batches = itertools.islice(epoch_batches, skip, None)
         return batches if self.device.type == "cpu" else on_device(list(batches), self.device)
 
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -237,9 +223,7 @@ class Trainer:
         """Write the checkpoint atomically."""
         self.read_losses()
         if self.config.ckpt_path is not None:
-            t0 = time.time()
             torch_save_atomic(self.checkpoint(), self.config.ckpt_path, sealed=True)
-            self.log("train/checkpoint_seconds", time.time() - t0, self.state.step)
 
     def checkpoint_if_due(self) -> None:
         """Write a checkpoint every ckpt_every steps; after a stop request, write one and raise TrainingInterrupted."""
@@ -255,10 +239,9 @@ class Trainer:
             state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
             batches = self.state.batches_per_epoch
             where = (type(state.step), state.batches_per_epoch, state.step - state.epoch * batches)
-            if where != (int, batches, state.batch_in_epoch) or not 0 <= state.epoch <= state.max_epochs:
+            fits = 0 <= state.batch_in_epoch < batches and 0 <= state.epoch <= state.max_epochs
+            if where != (int, batches, state.batch_in_epoch) or not fits:
                 raise ValueError(f"step {state.step} is not a step of this run's epochs of {batches} batches")
-            if not 0 <= state.batch_in_epoch < batches:
-                raise ValueError(f"batch {state.batch_in_epoch} is not one of an epoch's {batches}")
             self.model.load_state_dict(ckpt["model"])
             self.optimizer.load_state_dict(ckpt["optimizer"])
             set_rng_states(ckpt["rng"])

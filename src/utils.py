@@ -34,6 +34,10 @@ class UserError(Exception):
     """A mistake in the user's input: printed as one line, exit code 2, no traceback."""
 
 
+class TrainingInterrupted(Exception):
+    """Raised after SIGINT/SIGTERM once a checkpoint has been written; carries its path."""
+
+
 # Settings: a dataclass field per flag, with its rule beside it
 
 
@@ -450,6 +454,11 @@ def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
         yield
     finally:
         threading.excepthook = previous
+
+
+def epoch_line_due(epoch: int, max_epochs: int) -> bool:
+    """Whether epoch (1-based) gets a line: the first, the last and each that completes a tenth of the run."""
+    return epoch <= 1 or epoch >= max_epochs or epoch * 10 // max_epochs > (epoch - 1) * 10 // max_epochs
 
 
 class Progress:

@@ -16,7 +16,8 @@ from bench import course
 from dataset import CharCorruptionDataset, micro_batches
 from machine import on_device
 from model import GPT, GPTConfig
-from trainer import Trainer, TrainerConfig, TrainState, epoch_line_due, learning_rate
+from trainer import Trainer, TrainerConfig, TrainState, learning_rate
+from utils import epoch_line_due
 
 WARM, FINAL = 10_240, 1_000_000
 
