@@ -158,7 +158,8 @@ def train(
     parent = None  # the SHA-256 of the params it starts from
     if args.reading_params_path is not None:
         parent = load_params(model, corpus.vocab, args.reading_params_path)
-    check_room(args, model)
+    ckpt_path = f"{args.writing_params_path}.ckpt"
+    check_room(ckpt_path, args.writing_params_path, model)
     dataset, extra = training_data(args, corpus, model, device)
     # the file order in micro-batches where measured cheap; a bucketed batch is cropped whole
     chosen = machine.choose(device, args.fp32, args.micro_batch if args.order == "file" else 0)
@@ -172,7 +173,7 @@ def train(
         cosine_cap=args.schedule == "run",
         micro_batch=chosen["micro_batch"],
         precision=chosen["precision"],
-        ckpt_path=f"{args.writing_params_path}.ckpt",
+        ckpt_path=ckpt_path,
     )
     data = {str(path): file_sha256(path) for path in data_files(args).values()}
     made_with = dict(config=asdict(args), vocab="".join(corpus.vocab.itos), data_sha256=data, parent_sha256=parent)
@@ -190,16 +191,15 @@ def train(
     save_params(model, corpus.vocab, args.writing_params_path, {**made, **done, **extra})
     print(
         f"trained {trainer.state.step} steps in {seconds:.1f} s; params written to {args.writing_params_path}"
-        + end_of_run(trainer, Path(cfg.ckpt_path))
+        + end_of_run(trainer, Path(ckpt_path))
     )
     return done
 
 
-def check_room(args: RunConfig, model: GPT) -> None:
+def check_room(ckpt_path: str, params_path: str, model: GPT) -> None:
     """A UserError when the disk cannot hold two checkpoints (each under 3x the weights) and the params."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    ckpt_path = Path(f"{args.writing_params_path}.ckpt")
-    replaced = sum(os.path.getsize(p) for p in (ckpt_path, args.writing_params_path) if os.path.isfile(p))
+    replaced = sum(os.path.getsize(p) for p in (ckpt_path, params_path) if os.path.isfile(p))
     check_free_space(ckpt_path, 7 * weights - replaced, "two checkpoints (one replacing the other), params")
 
 
