@@ -191,8 +191,11 @@ def recite_fields(row: dict[str, float]) -> dict[str, float]:
     return fields
 
 
-def record(rows: dict[str, dict[str, float] | None], machine: str, args: argparse.Namespace) -> None:
-    """Append one JSON line per finished run to bench/results/runs.jsonl (the README's table reads it)."""
+def record_rows(
+    rows: dict[str, dict[str, float] | None], machine: str, folder: Path, preset: str, seed: int, command: str
+) -> list[dict]:
+    """The runs.jsonl lines of a run folder's finished runs (rows: run_metrics by label): the lines that
+    `RECORD=1 bash run.sh` and bench/sweep.py append, and the README's table reads."""
     lines = []
     for run in RUNS:
         row = rows[run.label]
@@ -201,28 +204,43 @@ def record(rows: dict[str, dict[str, float] | None], machine: str, args: argpars
         seconds = [row[k] for k in ("train_seconds", "eval_seconds") if not math.isnan(row[k])]
         variant = run.prefix.split(".")[0]
         pretrained = run.prefix.endswith((".pretrain", ".recite"))
-        sidecar = read_sidecar(Path(args.runs) / f"{variant}.pretrain.params") if pretrained else None
+        sidecar = read_sidecar(folder / f"{variant}.pretrain.params") if pretrained else None
         used = {"pretrain_epochs": sidecar["epochs_done"]} if sidecar else {}  # fewer than planned if cut short
         if sidecar and "config" in sidecar:  # the settings the cpu recipe has changed in, as the run used them
             used["pretrain_doc_offset"] = sidecar["config"].get("doc_offset", 0)  # 0: without --doc_offset
-        reader = read_sidecar(Path(args.runs) / f"{variant}.reader.params") if run.protocol == "recite" else None
+        reader = read_sidecar(folder / f"{variant}.reader.params") if run.protocol == "recite" else None
         if reader and "config" in reader:
             c = reader["config"]
             used["reader"] = {"max_epochs": c["max_epochs"], "learning_rate": c["finetune_lr"], "dropout": c["dropout"]}
             examples = research.reader_examples(reader)
             if examples is not None:  # the recitations that held their place
                 used["reader"]["examples"] = examples
-            if research.reader_copies(research.predictions_sidecar(Path(args.runs) / f"{run.prefix}.dev.predictions")):
+            if research.reader_copies(research.predictions_sidecar(folder / f"{run.prefix}.dev.predictions")):
                 used["reader"]["copies"] = True
         lines.append({
             "run": RECORD_KEYS.get(run.label, variant),
-            "recipe": "handout" if run.prefix == "london" else args.preset, "machine": machine,
-            "date": datetime.date.today().isoformat(), "seed": args.seed, "dev_accuracy": row["accuracy"],
-            "minutes": round(sum(seconds) / 60, 1), "command": args.command, **used, "protocol": run.protocol,
+            "recipe": "handout" if run.prefix == "london" else preset, "machine": machine,
+            "date": datetime.date.today().isoformat(), "seed": seed, "dev_accuracy": row["accuracy"],
+            "minutes": round(sum(seconds) / 60, 1), "command": command, **used, "protocol": run.protocol,
             **recite_fields(row),
         })  # fmt: skip
-    research.append_jsonl(RUNS_JSONL, lines)
-    print(f"{len(lines)} rows appended to {RUNS_JSONL}")
+    return lines
+
+
+def gold_and_documents(gold: Path, corpus: Path) -> tuple[list[Question | None] | None, list[str]]:
+    """The dev file's entries (None without the file) and the corpus's documents ([] without it)."""
+    entries = read_questions(gold, require_place=False) if gold.is_file() else None
+    if entries is None:
+        print(f"{gold} not found: accuracy from the predictions' sidecars, no confidence metrics")
+    return entries, [line for line in read_text(corpus).split("\n") if line] if corpus.is_file() else []
+
+
+def folder_rows(
+    folder: Path, entries: list[Question | None] | None, documents: list[str]
+) -> dict[str, dict[str, float] | None]:
+    """run_metrics of every run in a run.sh (or sweep cell) folder, by label."""
+    times = read_times(folder / "times.txt")
+    return {run.label: run_metrics(run, folder, entries, documents, times) for run in RUNS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,12 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     about = f"Machine: {machine}. Date: {datetime.date.today().isoformat()}. Command: `{args.command}` (preset {args.preset}, seed {args.seed})."
     folder, gold, corpus = Path(args.runs), Path(args.gold), Path(args.corpus)
     try:
-        entries = read_questions(gold, require_place=False) if gold.is_file() else None
-        if entries is None:
-            print(f"{gold} not found: accuracy from the predictions' sidecars, no confidence metrics")
-        documents = [line for line in read_text(corpus).split("\n") if line] if corpus.is_file() else []
-        times = read_times(folder / "times.txt")
-        rows = {run.label: run_metrics(run, folder, entries, documents, times) for run in RUNS}
+        entries, documents = gold_and_documents(gold, corpus)
+        rows = folder_rows(folder, entries, documents)
         text = markdown(rows, folder, document_split(entries, documents), about)
         write_text_atomic(args.out, text)
         numbers = {
@@ -253,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         write_json_atomic(Path(args.out).with_suffix(".json"), numbers)
         if args.record:
-            record(rows, machine, args)
+            lines = record_rows(rows, machine, folder, args.preset, args.seed, args.command)
+            research.append_jsonl(RUNS_JSONL, lines)
+            print(f"{len(lines)} rows appended to {RUNS_JSONL}")
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -356,6 +356,7 @@ def preset_defaults(field: dataclasses.Field, command: str) -> str:
 
 # Flags run.sh sets itself, so EXTRA_FLAGS may not set them (nor any file).
 RUN_SH_SETS = {
+    "files": "run.sh names the files",
     "seed": "set SEED instead, e.g. SEED=5",
     "preset": "set PRESET instead",
     "max_epochs": "set PRETRAIN_EPOCHS, FINETUNE_EPOCHS or NOPRETRAIN_EPOCHS instead",
@@ -364,9 +365,11 @@ RUN_SH_SETS = {
 }
 
 
-def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str, list[str]]:
-    """run.sh's EXTRA_FLAGS as {command: the flags and values it takes}. A UserError names a flag that no command
-    takes, that run.sh sets, or whose value a command refuses on one of `variants`."""
+def extra_flags(
+    words: list[str], preset: str, variants: list[str], name: str = "EXTRA_FLAGS", sets: dict = RUN_SH_SETS
+) -> dict[str, list[str]]:
+    """run.sh's EXTRA_FLAGS (or bench/sweep.py's `name`) as {command: the flags and values it takes}. A UserError
+    names a flag that no command takes, that the caller `sets` (why, by flag), or that a command refuses."""
     groups: list[list[str]] = []  # a flag and its values
     for word in words:
         if groups and not word.startswith("--") and word != "-h":
@@ -387,11 +390,11 @@ def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str,
                     continue
             given = [k for k, v in typed.items() if v is not None and k not in ("variant", "pretrain_corpus_path")]
             files = [k for k in given if FIELDS[k].metadata["kind"] not in ("", "text")]
-            if why := next((RUN_SH_SETS[k] for k in given if k in RUN_SH_SETS), files and "run.sh names the files"):
-                raise UserError(f"EXTRA_FLAGS must not set --{given[0]} ({shlex.join(group)}): {why}")
+            if why := next((sets[k] for k in given if k in sets), files and sets["files"]):
+                raise UserError(f"{name} must not set --{given[0]} ({shlex.join(group)}): {why}")
             taken[command] += group
         if len(errors) == len(taken):  # prefer the error of a command that knows the flag
-            raise UserError(f"EXTRA_FLAGS {shlex.join(group)}: " + min(errors, key=lambda e: "unrecognized" in e))
+            raise UserError(f"{name} {shlex.join(group)}: " + min(errors, key=lambda e: "unrecognized" in e))
     for command, group in taken.items():
         for variant in variants if group else []:
             typed = vars(make_parser(command).parse_intermixed_args([variant, "x.txt", "--preset", preset, *group]))
@@ -405,7 +408,7 @@ def extra_flags(words: list[str], preset: str, variants: list[str]) -> dict[str,
             except UserError as e:
                 problem = str(e)
             if problem:
-                raise UserError(f"EXTRA_FLAGS {shlex.join(group)}: {problem}")
+                raise UserError(f"{name} {shlex.join(group)}: {problem}")
     return taken
 
 
