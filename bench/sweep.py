@@ -178,25 +178,40 @@ def finished_steps(folder: Path) -> set[str]:
     return {line.split()[0] for line in times.read_text().splitlines() if line.strip()} if times.exists() else set()
 
 
-def run_cell(cell: Cell, folder: str, root: str | None, threads: int | None, fetch_params: bool) -> dict:
+def place_data(code: Path, data: dict[str, bytes], hashes: dict[str, str]) -> None:
+    """Write the driver's data files into code/data/ where they are missing (Ray ships the code without what
+    .gitignore names); a file there that differs is refused (CellFailed)."""
+    for name, content in data.items():
+        path = code / "data" / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_name(f".{name}.tmp").write_bytes(content)
+            os.replace(path.with_name(f".{name}.tmp"), path)
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != hashes[name]:  # not utils': a worker may lack src/
+            raise CellFailed(f"{path} differs from the driver's {name} (SHA-256 {hashes[name][:12]}...)")
+
+
+def run_cell(
+    cell: Cell, folder: str, root: str | None, threads: int | None, fetch_params: bool, data: dict[str, bytes]
+) -> dict:
     """A Ray task: run the cell's steps not yet finished in `folder` (in checkout `root`; None: this task's
-    working directory, the code Ray shipped). Returns its small files by name, the machine and the seconds, or
-    {"failed": the one-line reason} when a step refused its input."""
+    working directory, the code Ray shipped, given the driver's `data` files). Returns its small files by name,
+    the machine and the seconds, or {"failed": the one-line reason} when a step refused its input."""
     code = Path(root) if root else Path.cwd()
     out = code / folder if not Path(folder).is_absolute() else Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "attempts.log", "a", encoding="utf-8") as attempts:  # the workers that ran the cell, by pid
         attempts.write(f"{os.getpid()} {socket.gethostname()} {datetime.datetime.now().isoformat()}\n")
     done, start = finished_steps(out), time.perf_counter()
-    for step in cell_steps(cell, str(out)):
-        if step.name in done:
-            continue
-        try:
-            seconds = run_step(step, out, code, threads)
-        except CellFailed as e:
-            return {"failed": str(e)}
-        with open(out / "times.txt", "a", encoding="utf-8") as times:
-            times.write(f"{step.name} {seconds:.0f}\n")
+    try:
+        place_data(code, data, cell.data_sha256)
+        for step in cell_steps(cell, str(out)):
+            if step.name not in done:
+                seconds = run_step(step, out, code, threads)
+                with open(out / "times.txt", "a", encoding="utf-8") as times:
+                    times.write(f"{step.name} {seconds:.0f}\n")
+    except CellFailed as e:
+        return {"failed": str(e)}
     sys.path.insert(0, str(code / "bench"))
     import research
 
@@ -391,7 +406,10 @@ def start_ray(args: argparse.Namespace) -> tuple[object, dict]:
     options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if args.address:
         runtime_env = {"working_dir": str(ROOT), "excludes": [".git", ".venv", "outputs", "expt", "*.params*"]}
-        ray.init(address=args.address, runtime_env=runtime_env, **options)
+        try:
+            ray.init(address=args.address, runtime_env=runtime_env, **options)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise UserError(f"--address {args.address}: {str(e).strip().splitlines()[0]}") from None
     else:
         ray.init(num_cpus=os.cpu_count(), _node_ip_address="127.0.0.1", **options)
     return ray, ray.cluster_resources()
@@ -442,7 +460,8 @@ def run_sweep(args: argparse.Namespace, ray: object, todo: list[Cell], asks: dic
     out = Path(args.out)
     # Where the worker writes: this machine's folder, or on a cluster a relative --out under the shipped code.
     target = {c.name: str((out / c.name).resolve() if local or out.is_absolute() else out / c.name) for c in todo}
-    pending = {task.remote(c, target[c.name], local, threads, args.fetch_params): c for c in todo}
+    data = ray.put({} if local else {name: locate_data(name).read_bytes() for name in DATA})  # once, shared
+    pending = {task.remote(c, target[c.name], local, threads, args.fetch_params, data): c for c in todo}
     failed, minutes, start = [], [], time.perf_counter()
     while pending:
         [ready], _ = ray.wait(list(pending), num_returns=1)
