@@ -24,8 +24,8 @@ from utils import UserError, locate_data, write_json_atomic, write_text_atomic
 def evaluate(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device, writer: SummaryWriter
 ) -> dict:
-    """Greedy answers to --eval_corpus_path into --outputs_path (a line per input line) and --scores_path, and the
-    accuracy where places are given; returns what it found, also written to <outputs_path>.json."""
+    """Greedy answers to --eval_corpus_path into --outputs_path (a line per input line) and --scores_path, scored
+    where places are given; returns what it found, also written to <outputs_path>.json."""
     vocab, path = corpus.vocab, locate_data(args.eval_corpus_path)
     entries = read_questions(path, require_place=False)
     questions = [q for q in entries if q is not None]
@@ -69,7 +69,7 @@ def evaluate(
 def recitations(
     args: RunConfig, vocab: Vocabulary, questions: list[Question], device: torch.device, source: str
 ) -> list[str] | None:
-    """For a recite reader: the questions' people recited by the pretrained params its sidecar links; else None."""
+    """For a recite reader, the questions' people recited by the params its sidecar links; else None."""
     path = args.reading_params_path
     side = read_sidecar(path) or {}
     if side.get("protocol") != "recite":
@@ -87,7 +87,7 @@ def recitations(
 
 
 def ask(args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device) -> None:
-    """Answer one question (checked by config.check_args): the greedy answer, its confidence and a beam's top 3."""
+    """Answer one question (checked by config.check_args): the greedy answer, its confidence, a beam's top 3."""
     question, vocab = args.question, corpus.vocab
     vocab.encode(question, where=f"question {question!r}")
     load_params(model, vocab, args.reading_params_path)

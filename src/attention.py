@@ -1,8 +1,8 @@
 """Attention: the maths in one place.
 
 On CPU `attend` is a plain matmul-softmax, whose backward beat the fused kernel's (bench/RESEARCH.md, "Engineering").
-Parameters and the `mask` buffer keep the handout's names, so that its params files load strictly both ways. The
-handout's `attend` and `dropout`, which the tests compare against, are in bench/course.py.
+Parameters and the `mask` buffer keep the handout's names (model.py); its code, which the tests compare against, is
+in bench/course.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ CUDA_ATTENTION_KERNELS = [SDPBackend.MATH]
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0
 ) -> torch.Tensor:
-    """Scaled dot-product attention: q (B, nh, Tq, hs), k and v (B, nh, Tk, hs) -> (B, nh, Tq, hs). The bool mask,
-    broadcastable to (B, nh, Tq, Tk), is True where a query may see a key; every query must see at least one."""
+    """Scaled dot-product attention: q (B, nh, Tq, hs), k and v (B, nh, Tk, hs) -> (B, nh, Tq, hs); the bool mask
+    (B, nh, Tq, Tk), broadcast, is True where a query may see a key, at least one each."""
     if q.is_cuda:
         with sdpa_kernel(CUDA_ATTENTION_KERNELS):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -34,9 +34,8 @@ def attend(
 
 
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Zero each element of x with probability p and scale the rest to keep the mean. CUDA tensors and compiled
-    graphs use F.dropout. On CPU, where `bernoulli_` was a large share of a step (bench/RESEARCH.md), an element is
-    dropped when 15 random bits fall below round(p * 2**15), a rate within 2**-16 of p."""
+    """F.dropout(x, p), but run eagerly on CPU, where `bernoulli_` was a large share of a step (bench/RESEARCH.md),
+    an element is dropped when 15 random bits fall below round(p * 2**15), a rate within 2**-16 of p."""
     if p == 0.0:
         return x
     if x.is_cuda or torch.compiler.is_compiling():  # a compiled graph draws its own random bits
@@ -57,8 +56,8 @@ class Dropout(nn.Dropout):
 
 
 def rotary_table(length: int, head_dim: int) -> torch.Tensor:
-    """Rotary angles, the 2024 handout's `rope_cache`: (length, head_dim/2, 2), where table[t, i] = (cos tθ_i,
-    sin tθ_i) and θ_i = 10000^(-2i/head_dim)."""
+    """Rotary angles, the 2024 handout's `rope_cache` (length, head_dim/2, 2): table[t, i] = (cos tθ_i, sin tθ_i),
+    θ_i = 10000^(-2i/head_dim)."""
     assert head_dim % 2 == 0, "rotary embedding needs an even head size"
     theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (hs/2,)
     angles = torch.arange(length, dtype=torch.float64)[:, None] * theta[None, :]  # (length, hs/2)
@@ -68,7 +67,7 @@ def rotary_table(length: int, head_dim: int) -> torch.Tensor:
 def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Rotary embedding: x (..., T, hs) and its positions' `table` rows (..., T, hs/2, 2) -> (..., T, hs). Each pair
     (2i, 2i+1), as a complex number, is multiplied by cos tθ_i + i sin tθ_i, so q·k depends only on relative
-    position. Multiplying whole rows is far faster on CPU than splitting the pairs."""
+    position; in whole rows, far faster on CPU than pair by pair."""
     cos = table[..., 0].repeat_interleave(2, dim=-1).to(x.dtype)  # (..., T, hs): cos tθ_i at 2i and 2i+1
     sin = torch.stack((-table[..., 1], table[..., 1]), dim=-1).flatten(-2).to(x.dtype)  # -sin at 2i, +sin at 2i+1
     swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x_2i+1, x_2i) at (2i, 2i+1)
@@ -76,13 +75,13 @@ def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 def causal_mask(size: int) -> torch.Tensor:
-    """(1, 1, size, size) float mask: 1 where query i may see key j <= i, else 0."""
+    """(1, 1, size, size): 1.0 where query i may see key j <= i, else 0.0."""
     return torch.tril(torch.ones(size, size)).view(1, 1, size, size)
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with learned projections and no built-in mask: forward(x_q (B, Tq, C), x_kv (B, Tk, C),
-    mask, cache) -> (B, Tq, C). With a `KVCache`, Tk includes the cached keys. AddSub uses it directly."""
+    """Multi-head attention without a built-in mask: forward(x_q (B, Tq, C), x_kv (B, Tk, C), mask, cache) ->
+    (B, Tq, C). With a `KVCache`, Tk includes the cached keys. AddSub uses it directly."""
 
     def __init__(self, n_embd: int, n_head: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__()
@@ -103,7 +102,7 @@ class MultiHeadAttention(nn.Module):
     def attend_projected(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """Attend over split heads, merge them and apply the output projection -> (B, Tq, C)."""
+        """Attend, merge the heads and project -> (B, Tq, C)."""
         y = attend(q, k, v, mask, dropout_p=self.attn_pdrop if self.training else 0.0)  # (B, nh, Tq, hs)
         B, nh, Tq, hs = y.shape
         return self.resid_drop(self.proj(y.transpose(1, 2).contiguous().view(B, Tq, nh * hs)))
@@ -118,8 +117,8 @@ class MultiHeadAttention(nn.Module):
 
 
 class CausalSelfAttention(MultiHeadAttention):
-    """Causal self-attention: forward(x (B, T, C), cache=None) -> (B, T, C). With a `KVCache`, x holds the T
-    positions after the cached ones. With rope=True, the 2024 handout's variant, queries and keys are rotated."""
+    """Causal self-attention: forward(x (B, T, C), cache=None) -> (B, T, C), x the T positions after any cached.
+    With rope=True, the 2024 handout's variant, queries and keys are rotated."""
 
     def __init__(
         self,
@@ -149,8 +148,8 @@ class CausalSelfAttention(MultiHeadAttention):
 
 
 class CausalCrossAttention(MultiHeadAttention):
-    """Causal cross-attention for the perceiver, query i seeing keys j <= i: forward(x_kv (B, Tk, C), x_q (B, Tq, C),
-    cache=None, q_start=0) -> (B, Tq, C), in the handout's argument order. The first query is at position q_start."""
+    """The perceiver's causal cross-attention, query i (from q_start) seeing keys j <= i: forward(x_kv (B, Tk, C),
+    x_q (B, Tq, C), cache=None, q_start=0) -> (B, Tq, C), in the handout's argument order."""
 
     def __init__(self, n_embd: int, n_head: int, block_size: int, attn_pdrop: float = 0.1, resid_pdrop: float = 0.1):
         super().__init__(n_embd, n_head, attn_pdrop, resid_pdrop)
@@ -164,7 +163,7 @@ class CausalCrossAttention(MultiHeadAttention):
 
 
 class KVCache:
-    """The keys and values of one attention layer's `length` decoded positions, in storage for `capacity`."""
+    """One attention layer's keys and values of `length` decoded positions, in storage for `capacity`."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.length = capacity, 0

@@ -1,6 +1,6 @@
-"""What a run's time buys: the Pace, a set of Trainer callbacks. It says early what the run will cost, and after the
-first whole epoch how long the rest takes. With a budget it stops the run once the budget is spent or, with `fit`,
-re-plans the run after every whole epoch so that the cosine ends as the budget does, whatever the machine's load.
+"""What a run's time buys: the Pace, Trainer callbacks that say early what the run will cost, and after the first
+whole epoch how long the rest takes. With a budget it stops the run once the budget is spent or, with `fit`,
+re-plans it after every whole epoch so that the cosine ends as the budget does, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ WARM_STEPS = 5
 
 
 class Pace:
-    """The module's callbacks, for the run that `config` describes."""
+    """The callbacks for the run `config` describes."""
 
     def __init__(self, config: TrainerConfig, budget_seconds: float | None = None, fit: bool = False):
         self.config, self.budget_seconds = config, budget_seconds
@@ -50,7 +50,7 @@ class Pace:
 
     def early_estimate(self, s: TrainState) -> None:
         """Print once, early, what an epoch and the run cost at the pace of WARM_STEPS steps on shapes seen before,
-        or, failing that after twice as many steps, of every step but the first."""
+        or after twice as many steps, of every step but the first."""
         positions = s.step_positions  # one batch shape per count of positions
         self.steps, self.positions = self.steps + 1, self.positions + positions
         timed = self.warm if positions in self.seen_shapes else self.cold
@@ -91,7 +91,7 @@ class Pace:
 
     def fit_to_budget(self, s: TrainState, epoch_seconds: float) -> str | None:
         """Plan as many steps as FIT_SHARE of the budget holds at `epoch_seconds` per epoch (at most the config's
-        epochs), the cosine ending at the last. Returns a line to print if the plan is new or moved by an epoch."""
+        epochs), the cosine ending at the last; a line to print if the plan is new or moved by an epoch."""
         n_batches, asked = s.batches_per_epoch, self.config.max_epochs
         tokens_per_epoch = s.tokens / s.epoch  # every epoch counts the same tokens
         left = max(0.0, self.budget_seconds * FIT_SHARE - s.seconds)
@@ -114,8 +114,8 @@ class Pace:
         return f"the pace changed: {line} (planned {was:.1f} before)"
 
     def projection(self, s: TrainState, epoch_seconds: float) -> str:
-        """How long the epochs left take at `epoch_seconds` each; if the budget is shorter, how many it holds and where
-        the cosine then stands."""
+        """How long the epochs left take at `epoch_seconds` each; for a shorter budget, how many it holds and where the
+        cosine then stands."""
         cfg, budget, left = self.config, self.budget_seconds, s.max_epochs - s.epoch
         line = (
             f"at {epoch_seconds:.1f} s per epoch the {left} epochs left take about {left * epoch_seconds / 60:.0f} min"
@@ -131,8 +131,8 @@ class Pace:
 
 
 def attach(trainer: Trainer, budget_seconds: float | None, fit: bool, threads: int | None = None) -> Pace:
-    """Attach a Pace to `trainer` and return it. A planned run on several CPU threads also gets the thread choice,
-    unless `threads` fixes their count."""
+    """A Pace attached to `trainer`; a planned run on several CPU threads also gets the thread choice, unless
+    `threads` fixes their count."""
     pace = Pace(trainer.config, budget_seconds, fit)
     for event in ("on_batch_end", "on_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(pace, event))

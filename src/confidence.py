@@ -1,8 +1,8 @@
 """Know when the model is guessing: answer confidence, a small beam search, and selective-accuracy metrics.
 
 An answer's confidence is its teacher-forced log-probability over its characters and closing MASK (none if it was
-cut off), divided by the tokens scored. Ranking and calibration use this per-character mean because the sum falls
-with every character, ranking "Rome" above "Rio de Janeiro"; exp(mean) is a probability in (0, 1].
+cut off) per token. Ranking and calibration use this mean because the sum falls with every character, ranking
+"Rome" above "Rio de Janeiro"; exp(mean) is a probability in (0, 1].
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SCORE_ROWS = 512  # rows score_answers scores in one forward pass
 
 @dataclass
 class AnswerScore:
-    """An answer's log-probability: `logprob` summed over `tokens` tokens, `mean_logprob` per token."""
+    """An answer's log-probability summed over `tokens` tokens, and per token."""
 
     answer: str
     logprob: float
@@ -42,8 +42,8 @@ class AnswerScore:
 def score_answers(
     model: torch.nn.Module, vocab: Vocabulary, questions: Sequence[str], answers: Sequence[str], device: torch.device
 ) -> list[AnswerScore]:
-    """Teacher-forced log-probability of each answer to its question, SCORE_ROWS right-padded rows per forward
-    pass. The model is causal, so padding changes nothing."""
+    """Teacher-forced log-probability of each answer to its question, SCORE_ROWS right-padded rows (a causal model:
+    padding changes nothing) per forward pass."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     block = model.get_block_size()
@@ -77,8 +77,8 @@ def beam_search(
     max_answer_chars: int = MAX_ANSWER_CHARS,
     copy: bool = False,
 ) -> list[AnswerScore]:
-    """The `beam` most probable answers by beam search over characters, best first; with `copy`, only spans of
-    `question`. The search stops when no live beam can beat the `beam`-th finished answer."""
+    """The `beam` most probable answers by beam search over characters, best first (with `copy`, only spans of
+    `question`), stopping when no live beam can beat the `beam`-th finished answer."""
     model.eval()
     mask_id = vocab.stoi[MASK_CHAR]
     prompt = vocab.encode(question + MASK_CHAR)
@@ -113,7 +113,7 @@ def beam_search(
 
 
 def accuracy_coverage_curve(confidence: Sequence[float], correct: Sequence[bool]) -> np.ndarray:
-    """Accuracy among the k most confident answers, for k = 1..N -> (N,). Ties keep their input order."""
+    """Accuracy among the k most confident answers, k = 1..N -> (N,), ties in their input order."""
     conf, ok = np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=bool)
     if len(conf) != len(ok) or len(ok) == 0:
         raise ValueError(f"need as many confidences as answers, at least one: got {len(conf)} and {len(ok)}")
@@ -149,8 +149,7 @@ def expected_calibration_error(probability: Sequence[float], correct: Sequence[b
 def evaluation_summary(
     questions: Sequence[Question], predictions: Sequence[str], scores: Sequence[AnswerScore]
 ) -> dict[str, float]:
-    """Accuracy, and for answers ranked by mean logprob: the accuracy at each of COVERAGES, the coverage AUC and
-    the ECE."""
+    """Accuracy, and for answers ranked by mean logprob, the accuracy at COVERAGES, the coverage AUC and the ECE."""
     correct = [p == q.place for p, q in zip(predictions, questions, strict=True)]
     ranked_by = [s.mean_logprob for s in scores]
     metrics = {"accuracy": sum(correct) / len(correct)}
@@ -171,14 +170,14 @@ def format_summary(m: dict[str, float]) -> str:
 
 
 def scores_tsv(entries: Sequence[Question | None], scores: Sequence[AnswerScore]) -> str:
-    """`prediction<TAB>logprob<TAB>mean_logprob` per input line, blank for a blank one. Tabs and line breaks in an
-    answer become spaces."""
+    """`prediction<TAB>logprob<TAB>mean_logprob` per input line (blank for a blank one; tabs and line breaks in an
+    answer made spaces)."""
     rows = (re.sub(r"[\t\n\r]", " ", s.answer) + f"\t{s.logprob:.4f}\t{s.mean_logprob:.4f}" for s in scores)
     return "".join((next(rows) if q is not None else "") + "\n" for q in entries)
 
 
 def format_ask(question: str, answer: AnswerScore, alternatives: Sequence[AnswerScore]) -> str:
-    """What `ask` prints: the greedy answer, its confidence and the beam's best answers, in repr to show empty ones."""
+    """What `ask` prints: the greedy answer, its confidence and the beam's, in repr to show empty ones."""
     lines = [
         question,
         f"answer: {answer.answer!r}",

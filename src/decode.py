@@ -1,6 +1,6 @@
 """Decoding: `predict` gives greedy answers, `continue_text` the recite protocol's recollections. Prompts of one length
-decode together through GPT.generate's key/value caches, giving exactly the answers of the handout's one-at-a-time
-loop (bench/course.py; tested)."""
+decode together through GPT.generate's KV caches, to exactly the answers of the handout's one-at-a-time loop
+(bench/course.py; tested)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def continue_prompts(
     what: str = "continuing",
 ) -> list[list[int]]:
     """The new ids of greedy continuations of `prompts`, new_tokens(prompt length) tokens each, BATCH prompts of one
-    length at a time. A batch ends once each row has produced `stop_id`, so a row may run past its own."""
+    length at a time. A batch ends once each row has produced `stop_id`; a row may run past its own."""
     out: dict[int, list[int]] = {}  # by prompt
     progress = Progress(what, len(prompts))
     for n in sorted({len(p) for p in prompts if new_tokens(len(p)) > 0}):
@@ -46,8 +46,8 @@ def continue_prompts(
 
 
 def keep_spans(logits: torch.Tensor, rows: list[list[int]], stop_id: int) -> torch.Tensor:
-    """logits (b, V) with -inf for the tokens that would make a row's answer no longer a span of its text. A row is
-    `text stop_id answer`, and stop_id is allowed once the answer is not empty."""
+    """logits (b, V), -inf for the tokens that would make a row's answer no span of its text; a row is
+    `text stop_id answer`, stop_id allowed once the answer is not empty."""
     allowed = torch.zeros_like(logits, dtype=torch.bool)
     for b, row in enumerate(rows):
         text, so_far = row[: row.index(stop_id)], row[row.index(stop_id) + 1 :]
@@ -58,8 +58,7 @@ def keep_spans(logits: torch.Tensor, rows: list[list[int]], stop_id: int) -> tor
 
 
 def predict(model: GPT, vocab: Vocabulary, questions: list[str], device: torch.device, copy: bool = False) -> list[str]:
-    """Greedy answers: each question + MASK continued until the next MASK or answer_limit. With `copy`, each answer
-    is a span of its question."""
+    """Greedy answers: each question + MASK continued to the next MASK or answer_limit; with `copy`, a span of it."""
     mask_id, block = vocab.stoi[MASK_CHAR], model.get_block_size()
     prompts = [vocab.encode(q + MASK_CHAR) for q in questions]
     copying = (lambda logits, idx: keep_spans(logits, idx.tolist(), mask_id)) if copy else None
@@ -77,7 +76,7 @@ def continue_text(
     device: torch.device,
     what: str = "continuing",
 ) -> list[str]:
-    """Each prompt continued greedily to `length` characters (a longer one is cut), never choosing one of `banned`."""
+    """Each prompt continued greedily to `length` characters (a longer one cut), never to one of `banned`."""
     banned_ids = torch.tensor([vocab.stoi[c] for c in banned], dtype=torch.long, device=device)
     encoded = [vocab.encode(p, where=f"prompt {p!r}") for p in prompts]
     end, ban = min(length, model.get_block_size()), lambda logits, _: logits.index_fill(1, banned_ids, -math.inf)

@@ -21,12 +21,12 @@ from utils import TrainingInterrupted, folders_to_make, no_thread_tracebacks_for
 
 def run_role(args: RunConfig) -> str:
     """What a run does, for its folder name: pretrain, finetune, finetune-scratch, reader, or
-    evaluate-<direct|scratch|recite>-<eval corpus>, where scratch params were finetuned without pretraining."""
+    evaluate-<direct|scratch|recite>-<eval corpus> (scratch: params finetuned without pretraining)."""
     if args.function == "pretrain":
         return "pretrain"
     if args.function == "finetune":
         return "reader" if args.recite else "finetune" if args.reading_params_path else "finetune-scratch"
-    side = (read_sidecar(args.reading_params_path) if args.reading_params_path else None) or {}
+    side = args.reading_params_path and read_sidecar(args.reading_params_path) or {}
     made_with = side.get("config")
     how = "recite" if side.get("protocol") == "recite" else "direct"
     if how == "direct" and isinstance(made_with, dict) and made_with and not made_with.get("reading_params_path"):
@@ -35,7 +35,7 @@ def run_role(args: RunConfig) -> str:
 
 
 def run_folder(args: RunConfig) -> Path:
-    """A new folder for the run, named after its config, role and start time."""
+    """A new folder named after the run's config, role and start time."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     parent = Path(args.tb_dir) if args.tb_dir else Path("expt") / args.function
     base = parent / f"{args.tb_expt_name}_{args.variant}_{run_role(args)}_seed{args.seed}_{stamp}"
@@ -48,8 +48,8 @@ def run_folder(args: RunConfig) -> Path:
 
 @contextlib.contextmanager
 def tensorboard_run(args: RunConfig) -> Iterator[tuple[SummaryWriter, dict]]:
-    """Yields a writer to the run's folder and a dict of what the command found, logged as hparams at the end.
-    A failure other than a resumable interruption removes the folders this run made; an OS error becomes one line."""
+    """A writer to the run's folder and a dict of what the command found, logged as hparams at the end. Any failure
+    but a resumable interruption removes the folders the run made; an OS error becomes one line."""
     folder, writer, found = run_folder(args), None, {}
     made = folders_to_make(folder)  # the run's folder first
     with no_thread_tracebacks_for_os_errors():

@@ -1,6 +1,6 @@
-"""Machine policy, decided by measuring the machine a run is on: the device, the precision and micro-batches
-(`choose`; torch calls bf16 "supported" on CPUs that only emulate it, several times slower) and a long CPU run's
-threads (`ThreadChooser`). The trainer gets the decisions in its TrainerConfig, and flags override them.
+"""Machine policy, measured on the machine a run is on: the device, the precision and micro-batches (`choose`; torch
+calls bf16 "supported" on CPUs that emulate it, several times slower) and a long CPU run's threads (`ThreadChooser`).
+Flags override them.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ COMPILE_BACKEND = "inductor"
 
 
 def compiled(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """`model` compiled whole for batches of one shape; on CUDA, in CUDA graphs, to save the kernel launches."""
+    """`model` compiled whole for batches of one shape; on CUDA, in CUDA graphs, saving kernel launches."""
     mode = "reduce-overhead" if device.type == "cuda" else None
     return torch.compile(model, mode=mode, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND)
 
 
 def on_device(batches: list[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """The (x, y) batches copied to `device` in one transfer rather than two a step, as views of the copy."""
+    """The (x, y) batches on `device`, views of one copy (not two transfers a step)."""
     flat = torch.cat([t.reshape(-1) for pair in batches for t in pair])
     flat = flat.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else flat.to(device)
     parts = iter(flat.split([t.numel() for pair in batches for t in pair]))
@@ -63,8 +63,8 @@ SPLIT_LIMIT = 1.5  # the split cost below which micro-batches pay
 
 @dataclass(frozen=True)
 class Measured:
-    """What `measured` found: GFLOP/s in each precision, the split cost (the probe's time in PROBE_PARTS parts over
-    its time in one), and when and how."""
+    """GFLOP/s in each precision, the split cost (the probe's time in PROBE_PARTS parts over its time in one), and
+    when and how."""
 
     bf16_gflops: float
     fp32_gflops: float
@@ -80,7 +80,7 @@ class Measured:
 
 def measure(device: torch.device) -> Measured:
     """Time the probe's forward and backward in fp32, in bf16 and in PROBE_PARTS parts, in turn for PROBE_SECONDS
-    (three rounds at least), keeping the best of each so that warm-up burdens none; on a CPU, on one thread."""
+    (three rounds at least), keeping the best of each (warm-up burdens none); on a CPU, on one thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     g, rows = torch.Generator().manual_seed(0), PROBE_ROWS.get(device.type, PROBE_ROWS["cpu"])
@@ -112,14 +112,13 @@ def measure(device: torch.device) -> Measured:
 
 
 def kernels() -> str:
-    """The kernels torch runs on this CPU: ATen's capability and any caps on oneDNN's and MKL's, which change what
-    the CPU measures."""
+    """The kernels torch runs on this CPU, which change what it measures: ATen's capability, oneDNN's and MKL's caps."""
     held = [f"{k}={os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)]
     return ", ".join([f"kernels {torch.backends.cpu.get_cpu_capability()}", *held])
 
 
 def machine_key(device: torch.device) -> str:
-    """What a measurement holds for: the CPU, its cores and kernels, the device and torch."""
+    """What a measurement holds for: the CPU, cores, kernels, device and torch."""
     cpu = cpu_info()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu.get("model name")
     parts = [
@@ -144,8 +143,8 @@ def cache_path() -> Path | None:
 
 
 def cached_entry(entry: object) -> Measured | None:
-    """A cache entry as a Measured, or None unless its date is a string and its numbers are plausible: GFLOP/s in
-    (0, 1e6], the split cost in (0, 1e3]."""
+    """A cache entry as a Measured, or None unless its date is a string, its GFLOP/s in (0, 1e6] and its split cost
+    in (0, 1e3]."""
     if not isinstance(entry, dict) or not isinstance(entry.get("date"), str):
         return None
     rates = [entry.get(k) for k in ("bf16_gflops", "fp32_gflops", "split_cost")]
@@ -158,8 +157,8 @@ _decided: dict[str, Measured] = {}  # this process's, by machine key
 
 
 def measured(device: torch.device) -> Measured:
-    """This machine's measurement: from this process, from the cache, or measured now and cached. A damaged or
-    unusable cache only costs a second."""
+    """This machine's measurement: this process's, the cache's, or measured now and cached (a damaged or unusable
+    cache only costs a second)."""
     key = machine_key(device)
     if key in _decided:
         return _decided[key]
@@ -184,8 +183,8 @@ def measured(device: torch.device) -> Measured:
 
 
 def choose(device: torch.device, fp32: bool = False, micro_batch: int | None = None, say: bool = True) -> dict:
-    """What training on `device` uses, as a params sidecar records it: the faster precision (`fp32` forces fp32),
-    both rates, and the micro-batch rows (`micro_batch` overrides). `say` prints it."""
+    """What training on `device` uses, for the params sidecar: the faster precision (`fp32` forces fp32), both rates
+    and the micro-batch rows (`micro_batch` overrides). `say` prints it."""
     m = measured(device)
     chosen = "bf16" if m.bf16_gflops > m.fp32_gflops and not fp32 else "fp32"
     why = "--fp32" if fp32 else "bf16 is emulated here" if chosen == "fp32" else "faster here"
@@ -203,7 +202,7 @@ def choose(device: torch.device, fp32: bool = False, micro_batch: int | None = N
     }
 
 
-# Threads, chosen while a long CPU run trains (see bench/RESEARCH.md)
+# Threads, chosen while a long CPU run trains (bench/RESEARCH.md)
 
 TRY_STEPS = 6  # steps timed on the other count in a try
 TRY_EVERY = 30.0  # training seconds between tries; doubled after each lost try, up to
@@ -214,8 +213,8 @@ SWITCH_MARGIN = 1.1  # how much faster the other count must be: noise does not f
 
 class ThreadChooser:
     """Keeps torch's CPU thread count at the faster of `threads` and half of it (a process holding a core makes a
-    step spread over every core wait): every TRY_EVERY seconds, or when steps slow down, it tries TRY_STEPS steps on
-    the other count against the latest of the same size, and keeps the faster by their median ratio."""
+    step spread over every core wait): every TRY_EVERY seconds, or when steps slow, TRY_STEPS steps on the other
+    count against the latest of the same size, and the faster by their median ratio."""
 
     def __init__(self, threads: int):
         self.counts = (threads, max(1, threads // 2))
@@ -230,7 +229,7 @@ class ThreadChooser:
         self.switches = 0
 
     def after_step(self, seconds: float, tokens: int, now: float) -> str | None:
-        """Take a step's seconds, size and training time so far; returns a line to print if the choice changes."""
+        """Take a step's seconds, size and training time so far; a line to print if the choice changes."""
         if self.warming:
             self.warming = False
             return None
@@ -253,7 +252,7 @@ class ThreadChooser:
         return None
 
     def decide(self, ratio: float, now: float) -> str | None:
-        """Keep the faster count after a try whose steps took `ratio` times as long as the home count's."""
+        """Keep the faster count after a try whose steps took `ratio` times the home count's."""
         tried, line = torch.get_num_threads(), None
         if ratio * SWITCH_MARGIN < 1.0:
             line = f"training on {plural(tried, 'thread')} instead of {self.home}: {1 / ratio:.1f}x as fast now"

@@ -1,7 +1,7 @@
 """The GPT in the course's three variants: vanilla (a learned position table), perceiver (2023 handout: the middle
 blocks run on a short learned bottleneck) and rope (2024 handout: rotary embeddings instead of the position table).
 
-Parameter names follow the course handout exactly, so a `state_dict` loads strictly into the handout model and back.
+Parameter names are the handout's, so a `state_dict` loads strictly into the handout model and back.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ class GPTConfig:
 
 
 def add_sublayers(block: nn.Module, config: GPTConfig, attn_class: type, length: int, **options: bool) -> None:
-    """Give `block` the handout's sublayers, made in its order: ln1, ln2, attn over `length` positions, and a
-    GELU mlp."""
+    """Give `block` the handout's sublayers in its order: ln1, ln2, attn over `length` positions, a GELU mlp."""
     block.ln1 = nn.LayerNorm(config.n_embd)
     block.ln2 = nn.LayerNorm(config.n_embd)
     block.attn = attn_class(config.n_embd, config.n_head, length, config.attn_pdrop, config.resid_pdrop, **options)
@@ -67,8 +66,8 @@ class Block(nn.Module):
 
 class DownProjectBlock(nn.Module):
     """Cross-attention from a learned basis C (1, m, C) onto the unnormalised input, as in the handout:
-    (B, T, C) -> (B, min(m, T), C); bottleneck position i attends to inputs <= i. Output t reads only positions
-    <= t, so for T < m only T positions are computed."""
+    (B, T, C) -> (B, min(m, T), C), bottleneck position i attending to inputs <= i (so for T < m only T are
+    computed)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -77,8 +76,7 @@ class DownProjectBlock(nn.Module):
         add_sublayers(self, config, CausalCrossAttention, config.block_size)
 
     def forward(self, x_input: torch.Tensor, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
-        """With a cache (decoding): new inputs (B, T, C) at positions start.. -> the bottleneck positions p < m
-        they complete (B, T', C)."""
+        """With a cache: new inputs (B, T, C) at positions start.. -> the bottleneck positions they complete."""
         m = self.C.size(1)
         C = self.C[:, min(start, m) : min(start + x_input.size(1), m)].expand(x_input.size(0), -1, -1)
         x = C + self.attn(x_input, self.ln1(C), cache, min(start, m))
@@ -100,9 +98,9 @@ class UpProjectBlock(nn.Module):
 
 
 class GPT(nn.Module):
-    """Character-level GPT: forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None); the
-    loss is a cross-entropy that ignores PAD (id 0). Any T up to block_size gives the same logits for its positions.
-    With `caches` (new_caches), idx holds each row's next T tokens, for fast decoding."""
+    """Character-level GPT: forward(idx (B, T), targets (B, T) or None) -> (logits (B, T, V), loss or None), a
+    cross-entropy that ignores PAD (id 0). Any T up to block_size gives the same logits for its positions. With
+    `caches` (new_caches), idx holds each row's next T tokens."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -173,10 +171,9 @@ class GPT(nn.Module):
         constrain: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         stop_id: int | None = None,
     ) -> torch.Tensor:
-        """Continue each row of idx (B, T) by max_new_tokens tokens -> (B, T + max_new_tokens), greedily unless
-        do_sample, as minGPT does. constrain(logits (B, V), idx so far) may first set logits to -inf; decoding stops
-        once every row has produced `stop_id`. Past the block, each token recomputes the last block_size positions,
-        as the handout does. It decodes in eval mode and restores the model's mode."""
+        """idx (B, T) continued by max_new_tokens tokens, greedily unless do_sample, as minGPT does (in eval mode).
+        constrain(logits (B, V), idx so far) may set logits to -inf; it stops once every row has produced `stop_id`.
+        Past the block, each token recomputes the last block_size positions, as the handout does."""
         training = self.training
         self.eval()
         block = self.config.block_size
@@ -205,7 +202,7 @@ class GPT(nn.Module):
         return idx
 
     def new_caches(self) -> list[KVCache]:
-        """Empty KV caches for decoding, one per block (perceiver: also the down- and up-projections)."""
+        """Empty KV caches, one per block (perceiver: also the down- and up-projections)."""
         if self.config.variant == "perceiver":
             m = self.config.bottleneck_dim
             return [KVCache(self.config.block_size), *[KVCache(m) for _ in self.blocks], KVCache(m)]

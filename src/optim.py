@@ -10,8 +10,8 @@ import torch
 
 
 def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Roughly U Vᵀ for a 2-D matrix U S Vᵀ: a quintic Newton–Schulz iteration in `dtype` pushes every singular
-    value into about 0.7–1.2. Returns a tensor of matrix's shape and dtype."""
+    """Roughly U Vᵀ for a 2-D matrix U S Vᵀ, in its dtype: a quintic Newton–Schulz iteration in `dtype` pushes every
+    singular value into about 0.7–1.2."""
     # Jordan's coefficients (2024): the steepest slope at zero for which five steps still land near 1.
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(dtype)
@@ -26,9 +26,8 @@ def orthogonalize(matrix: torch.Tensor, steps: int = 5, dtype: torch.dtype = tor
 
 def orthogonalize_spectral(matrix: torch.Tensor, steps: int = 5) -> torch.Tensor:
     """`orthogonalize(matrix, steps)` in at least fp32 from one eigendecomposition (cheaper on a CPU without native
-    bf16): each Newton–Schulz step maps a singular value s to s·(a + b·s² + c·s⁴), keeping the singular vectors,
-    so with X Xᵀ = U diag(s²) Uᵀ for the normalised short-side X the iteration is U diag(r) Uᵀ X, r the product of
-    those factors."""
+    bf16): a step maps a singular value s to s·(a + b·s² + c·s⁴), keeping the singular vectors, so with X Xᵀ =
+    U diag(s²) Uᵀ the iteration is U diag(r) Uᵀ X, r the product of those factors."""
     a, b, c = 3.4445, -4.7750, 2.0315
     x = matrix.to(torch.promote_types(matrix.dtype, torch.float32))  # fp32, or float64 for float64
     tall = x.size(0) > x.size(1)
@@ -57,7 +56,7 @@ class Muon(torch.optim.Optimizer):
     """Muon (Jordan et al., 2024) for 2-D weight matrices: Nesterov momentum with an orthogonalised update, so that
     every direction moves equally, rare ones included. The scale 0.2·sqrt(max(rows, cols)) gives the update the RMS
     of an AdamW step (Liu et al., 2025, "Muon is Scalable for LLM Training"), so AdamW's rate and weight decay carry
-    over. It iterates in `ns_dtype` (torch.optim.Muon's bf16 is slow where emulated), or spectrally (`spectral`).
+    over. It iterates in `ns_dtype` (torch.optim.Muon's bf16 is slow where emulated) or `spectral`.
     """
 
     def __init__(
@@ -74,7 +73,7 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:
-        """One update of every parameter that has a gradient."""
+        """Update every parameter that has a gradient."""
         for group in self.param_groups:
             lr, decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
             for p in group["params"]:
@@ -93,7 +92,7 @@ class Muon(torch.optim.Optimizer):
 
 
 class MuonAdamW:
-    """Muon for some parameters and AdamW for the rest, stepped and checkpointed as one optimizer."""
+    """Muon and AdamW, stepped and checkpointed as one optimizer."""
 
     def __init__(self, muon: Muon, adamw: torch.optim.AdamW):
         self.muon, self.adamw = muon, adamw
@@ -123,11 +122,10 @@ def make_optimizer(
     betas: tuple[float, float] = (0.9, 0.95),
     precision: str = "fp32",
 ) -> torch.optim.AdamW | MuonAdamW:
-    """The handout's AdamW ("adamw"), or Muon for the hidden nn.Linear weights and AdamW for the rest ("muon"), at
-    peak rate `learning_rate`. `decay` "matmul" decays only nn.Linear weights: biases, LayerNorms, embedding tables
-    and the perceiver's basis are looked up or added, not multiplied, so shrinking them is no useful prior;
-    "all_but_biases" is the handout's rule. The output layer `head` stays with AdamW, as Muon's authors advise.
-    Frozen parameters are in neither.
+    """The handout's AdamW ("adamw"), or Muon for the hidden nn.Linear weights and AdamW for the rest ("muon"; `head`
+    stays with AdamW, as Muon's authors advise). `decay` "matmul" decays only nn.Linear weights: biases, LayerNorms,
+    embedding tables and the perceiver's basis are looked up or added, not multiplied, so shrinking them is no
+    useful prior; "all_but_biases" is the handout's rule. Frozen parameters are in neither.
     """
     linear = {f"{mn}.weight" if mn else "weight" for mn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}

@@ -1,5 +1,5 @@
 """Params files: a plain state_dict, which the handout's model loads, and a JSON sidecar recording the model it fits
-and the SHA-256 of its bytes, both checked on loading. AddSub and the demo save theirs the same way."""
+and its bytes' SHA-256, both checked on loading; AddSub's and the demo's too."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def sidecar_path(params_path: str | Path) -> Path:
 
 
 def save_with_sidecar(obj: object, path: str | Path, sidecar: dict) -> None:
-    """torch.save `obj` to `path`, and `sidecar` with the params' SHA-256 to `<path>.json`, both atomically. The
-    sidecar goes first: after a kill between the two, read_sidecar finds the params in their temporary."""
+    """torch.save `obj` to `path`, and `sidecar` with its SHA-256 to `<path>.json`, atomically. The sidecar goes
+    first: after a kill between the two, read_sidecar finds the params in their temporary."""
     with contextlib.suppress(UserError):
         read_sidecar(path)  # finishes a killed save before its temporary is removed as stale
 
@@ -63,8 +63,7 @@ def read_sidecar(path: str | Path) -> dict | None:
 
 
 def finish_killed_save(path: Path, sha256: object) -> None:
-    """Rename onto `path` the temporary a killed save left with SHA-256 `sha256`, unless `path` already has that
-    hash; a note on stderr says so."""
+    """Rename onto `path` (saying so) the temporary a killed save left with SHA-256 `sha256`, unless `path` has it."""
     if not sha256:
         return
     target = Path(os.path.realpath(path))  # through a symlink, as the save wrote it
@@ -79,8 +78,7 @@ def finish_killed_save(path: Path, sha256: object) -> None:
 
 
 def load_verified(path: str | Path, flag: str = "") -> tuple[object, dict, str]:
-    """(what torch.save wrote to `path`, its sidecar, its SHA-256), checked against the sidecar's SHA-256 if it
-    records one; warn_unverified warns about those without."""
+    """(what torch.save wrote to `path`, its sidecar, its SHA-256), checked against the sidecar's if it has one."""
     side = read_sidecar(path) or {}  # first: it may finish a killed save
     sha256 = file_sha256(check_input(path, flag))
     if isinstance(side.get("params_sha256"), str) and side["params_sha256"] != sha256:
@@ -92,13 +90,13 @@ def load_verified(path: str | Path, flag: str = "") -> tuple[object, dict, str]:
 
 
 def warn_unverified(path: str | Path, side: dict) -> None:
-    """Warn on stderr when params from load_verified had no SHA-256 to check."""
+    """Warn when params from load_verified had no SHA-256 to check."""
     if not isinstance(side.get("params_sha256"), str):
         print(f"warning: {path}: no SHA-256 in a sidecar beside it, so its bytes cannot be verified", file=sys.stderr)
 
 
 def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
-    """What a params file's sidecar must agree on for it to load."""
+    """What a params file's sidecar must agree on to load."""
     sizes = ("variant", "bottleneck_dim", "block_size", "n_layer", "n_head", "n_embd", "vocab_size")
     description = {key: getattr(config, key) for key in sizes} | {"vocab": "".join(vocab.itos)}
     if config.variant != "perceiver":  # only the perceiver has a bottleneck
@@ -107,15 +105,15 @@ def model_description(config: GPTConfig, vocab: Vocabulary) -> dict:
 
 
 def save_params(model: GPT, vocab: Vocabulary, path: str, extra: dict) -> None:
-    """Save `model`'s params to `path` as a plain state_dict, with a sidecar holding model_description, the
-    GPTConfig under "model", and `extra`."""
+    """`model`'s params to `path`, a plain state_dict, with a sidecar of model_description, "model" (the GPTConfig)
+    and `extra`."""
     description = {**model_description(model.config, vocab), "model": asdict(model.config), **extra}
     save_with_sidecar({k: v.detach().cpu() for k, v in model.state_dict().items()}, path, description)
 
 
 def stored_sizes(path: str | None, flag: str) -> dict:
-    """The MODEL_SIZES recorded in the sidecar of `path`, to build the model as trained; {} without one."""
-    side = (read_sidecar(path) if path is not None else None) or {}
+    """The MODEL_SIZES the sidecar of `path` records, to build the model as trained; {} without one."""
+    side = path and read_sidecar(path) or {}
     sizes = {k: side[k] for k in MODEL_SIZES if side.get(k) is not None}
     for key, value in sizes.items():
         if type(value) is not int or value < 1:

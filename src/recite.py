@@ -1,14 +1,14 @@
 """Recite, then answer: the second protocol for "Where was X born?".
 
-Unlike the handout's direct protocol, an answer takes two steps, still closed book (facts only from pretraining):
+An answer takes two steps, still closed book (facts only from pretraining):
 
 1. recite: the pretrained model greedily continues "X." to `recite_chars` characters, never writing MASK or PAD,
    which would end the recollection;
 2. read: a reader, finetuned from the same params on the training people's recitations that hold their place
    ("recitation MASK place MASK", loss on the answer only), answers with a span of the recitation (decode.keep_spans).
 
-No dev place is seen at any step. After Sun et al., "Recitation-Augmented Language Models" (ICLR 2023); the evidence
-is in bench/RESEARCH.md.
+No dev place is seen at any step. After Sun et al., "Recitation-Augmented Language Models" (ICLR 2023); evidence in
+bench/RESEARCH.md.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ANSWER_ROOM = 16  # room for MASK, the place and its closing MASK (every dev and
 
 
 def default_recite_chars(variant: str, bottleneck_dim: int) -> int:
-    """RECITE_CHARS, or for the perceiver its bottleneck less ANSWER_ROOM: its outputs read only the first m inputs."""
+    """RECITE_CHARS, or the perceiver's bottleneck less ANSWER_ROOM (its outputs read only the first m inputs)."""
     return max(1, bottleneck_dim - ANSWER_ROOM) if variant == "perceiver" else RECITE_CHARS
 
 
@@ -38,7 +38,7 @@ def recite_chars_problem(
     chars: object, variant: str, bottleneck_dim: int, block_size: int, longest_place: int
 ) -> str | None:
     """Why recitations of `chars` characters leave no room in the block (or the perceiver's bottleneck) for a place
-    of `longest_place` characters and two MASKs, as a phrase to follow the value; else None."""
+    of `longest_place` characters and two MASKs, a phrase to follow the value; else None."""
     # The perceiver predicts the closing MASK at the place's last character, which must lie in the bottleneck.
     most, what = block_size - 2 - longest_place, f"the block of {block_size}"
     if variant == "perceiver":
@@ -53,7 +53,7 @@ def recite_chars_problem(
 
 
 def person_name(question: str) -> str | None:
-    """'Where was Ada Lovelace born?' -> 'Ada Lovelace'; None for a question of another form."""
+    """'Where was Ada Lovelace born?' -> 'Ada Lovelace'; None for another form."""
     m = re.fullmatch(r"Where was (.+) born\?", question.strip())
     return m.group(1) if m else None
 
@@ -69,8 +69,8 @@ def recitation_prompt(question: str, where: str) -> str:
 def recite(
     model: GPT, vocab: Vocabulary, questions: list[Question], chars: int, device: torch.device, source: str
 ) -> list[str]:
-    """The pretrained model's recollection of each question's person: `chars` characters without MASK or PAD,
-    tabs and newlines made spaces to fit one TSV field."""
+    """The model's recollection of each question's person: `chars` characters without MASK or PAD, tabs and
+    newlines made spaces (one TSV field)."""
     prompts = [recitation_prompt(q.text, f"{source}:{q.line}") for q in questions]
     what = f"reciting {len(prompts)} people"
     texts = continue_text(model.to(device), vocab, prompts, chars, [MASK_CHAR, PAD_CHAR], device, what)
@@ -78,21 +78,21 @@ def recite(
 
 
 def place_in_recitation(questions: list[Question], recitations: list[str]) -> float:
-    """Share of recitations that contain their question's gold place: the ceiling of a reader that copies."""
+    """Share of recitations holding their gold place: the ceiling of a reader that copies."""
     hits = [q.place in r for q, r in zip(questions, recitations, strict=True) if q.place is not None]
     return sum(hits) / len(hits) if hits else float("nan")
 
 
 def link_to_pretrained(reader_path: str | Path, pretrained_path: str | Path, chars: int) -> dict:
-    """The sidecar fields linking a reader that recites `chars` characters to `pretrained_path`, by its SHA-256 and
-    its path from the reader's folder, so the two can move together."""
+    """The sidecar fields linking a reader that recites `chars` characters to `pretrained_path`: its SHA-256 and path
+    from the reader's folder (the two can move together)."""
     relative = os.path.relpath(Path(pretrained_path).resolve(), Path(reader_path).resolve().parent)
     link = {"path": relative, "sha256": file_sha256(pretrained_path)}
     return {"protocol": "recite", "recite_chars": chars, "recites_with": link}
 
 
 def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
-    """The pretrained params a reader recites with, after checking they exist and are unchanged."""
+    """The pretrained params a reader recites with, checked to exist unchanged."""
     link = sidecar.get("recites_with")
     if not isinstance(link, dict) or not isinstance(link.get("path"), str) or not isinstance(link.get("sha256"), str):
         raise UserError(f"{reader_path}: a recite reader whose sidecar does not name its pretrained params")
@@ -107,8 +107,8 @@ def linked_pretrained(reader_path: str | Path, sidecar: dict) -> Path:
 def reader_dataset(
     corpus: CharCorruptionDataset, model: GPT, path: Path, chars: int, device: torch.device, most: int | None = None
 ) -> tuple[NameDataset, dict]:
-    """finetune --recite: the training questions of `path` (the first `most`, if given) with the pretrained
-    `model`'s recitations of `chars` characters as their text, and the record for the reader's sidecar."""
+    """finetune --recite: the questions of `path` (the first `most`) with `model`'s recitations of `chars`
+    characters as their text, and the record for the reader's sidecar."""
     questions = [q for q in read_questions(path, require_place=True) if q is not None]
     if most is not None and most < len(questions):
         print(f"--max_steps: reciting only the first {most} of {len(questions)} training people, as many as it trains")

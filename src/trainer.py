@@ -1,5 +1,5 @@
 """The training loop, in minGPT's shape: the model's forward returns (logits, loss) and the dataset batches itself.
-Time budgets attach as callbacks (budget.py) that steer the TrainState. The handout's plain loop is bench/course.py."""
+Time budgets attach as callbacks (budget.py) that steer the TrainState. The handout's loop is in bench/course.py."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ class TrainerConfig:
 
 @dataclass
 class TrainState:
-    """Where a run stands. A callback may set `stop` to end the run after this step; a time budget's plan moves
-    `max_epochs` and `final_tokens` and sets `planned`."""
+    """Where a run stands: a callback may set `stop` (after this step); a time budget's plan moves `max_epochs` and
+    `final_tokens` and sets `planned`."""
 
     max_epochs: int
     final_tokens: float
@@ -73,8 +73,8 @@ class TrainState:
 
 def learning_rate(config: TrainerConfig, s: TrainState) -> float:
     """The rate after s.tokens tokens (nanoGPT's get_lr in the handout's units): a linear warm-up, then a cosine down
-    to a tenth of the peak at s.final_tokens. With config.cosine_cap it stays there; the handout's cosine goes on,
-    back up to the peak at twice final_tokens (about epoch 400 of its 650)."""
+    to a tenth of the peak at s.final_tokens, where config.cosine_cap holds it; the handout's goes on, back to the
+    peak at twice final_tokens (about epoch 400 of its 650)."""
     if s.tokens < config.warmup_tokens:
         return config.learning_rate * s.tokens / max(1, config.warmup_tokens)
     progress = (s.tokens - config.warmup_tokens) / max(1, s.final_tokens - config.warmup_tokens)
@@ -83,9 +83,9 @@ def learning_rate(config: TrainerConfig, s: TrainState) -> float:
 
 
 class Trainer:
-    """Trains `model` on `train_dataset`, whose `epoch_batches(batch_size, rng, order)` yields (x, y) of shape (B, T)
-    and whose `example_length` is an example's full length. `log(name, value, step)` takes scalars. Callbacks get
-    the TrainState at "on_batch_end", "on_epoch_end" (also after a partial last epoch) and "on_train_end"."""
+    """Trains `model` on a dataset.BatchedDataset (epoch_batches, example_length). `log(name, value, step)` takes
+    scalars. Callbacks get the TrainState at "on_batch_end", "on_epoch_end" (also after a partial last epoch) and
+    "on_train_end"."""
 
     def __init__(
         self,
@@ -119,7 +119,7 @@ class Trainer:
             callback(self.state)
 
     def train(self) -> list[float]:
-        """Run the epochs and return every step's loss; raises TrainingInterrupted once stop_requested is set."""
+        """Every step's loss; raises TrainingInterrupted once stop_requested is set."""
         s = self.state
         self.model.train()
         bar = tqdm(total=self.planned_steps(), initial=s.step, desc="training", unit="step", leave=False)
@@ -181,7 +181,7 @@ class Trainer:
             self.log("train/loss", value, step)
 
     def batches(self, epoch: int, skip: int = 0) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        """The batches of `epoch` after the first `skip`, the same on every run; compiled, all of one (the full) width."""
+        """The batches of `epoch` after the first `skip`, the same on every run (compiled: all full width)."""
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, epoch])
         epoch_batches = self.train_dataset.epoch_batches(cfg.batch_size, rng, cfg.order, crop=not cfg.compile)
@@ -189,8 +189,8 @@ class Trainer:
         return batches if self.device.type == "cpu" else on_device(list(batches), self.device)
 
     def optimize(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One optimizer step on x, y (B, T); returns the loss, still on the device. Each micro-batch's loss is
-        weighted by its share of the batch's targets, so the summed gradient is the whole batch's."""
+        """One optimizer step on x, y (B, T); returns the loss, still on the device. Weighted by their shares of the
+        targets, the micro-batches' gradients sum to the whole batch's."""
         x, y = x.to(self.device), y.to(self.device)
         self.model.zero_grad(set_to_none=True)
         losses, self.state.step_positions = [], 0
@@ -210,7 +210,7 @@ class Trainer:
         return self.state.stop or (self.config.max_steps is not None and self.state.step >= self.config.max_steps)
 
     def checkpoint(self) -> dict:
-        """Everything needed to continue this run exactly, as tensors and plain types."""
+        """All that continues this run exactly, as tensors and plain types."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -226,7 +226,7 @@ class Trainer:
             torch_save_atomic(self.checkpoint(), self.config.ckpt_path, sealed=True)
 
     def checkpoint_if_due(self) -> None:
-        """Write a checkpoint every ckpt_every steps; after a stop request, write one and raise TrainingInterrupted."""
+        """A checkpoint every ckpt_every steps; after a stop request, one, then TrainingInterrupted."""
         if self.stop_requested:
             self.save_checkpoint()
             raise TrainingInterrupted(self.config.ckpt_path)
@@ -234,7 +234,7 @@ class Trainer:
             self.save_checkpoint()
 
     def resume(self, ckpt: dict) -> None:
-        """Continue from a `checkpoint` dict; one that does not fit this run (data from outside) raises a ValueError."""
+        """Continue from a `checkpoint` dict; a ValueError if it does not fit this run (data from outside)."""
         try:
             state = TrainState(**{**ckpt["state"], "stop": False, "whole_epoch": False})
             batches = self.state.batches_per_epoch

@@ -35,15 +35,14 @@ class UserError(Exception):
 
 
 class TrainingInterrupted(Exception):
-    """Raised after SIGINT/SIGTERM once a checkpoint has been written; carries its path."""
+    """Raised once a stop signal's checkpoint is written; carries its path."""
 
 
 # Settings: a dataclass field per flag, with its rule beside it
 
 
 def setting(default: Any, help: str | None, **rule_and_options: Any) -> Any:
-    """A dataclass field for a flag, with its --help text, rule (at_least, above, at_most) and parser options
-    as metadata."""
+    """A dataclass field for a flag: its --help text, rule (at_least, above, at_most) and parser options."""
     return field(default=default, metadata={"help": help, **rule_and_options})
 
 
@@ -52,7 +51,7 @@ def setting_problems(settings: object) -> Iterator[str]:
     for f in fields(settings):
         value = getattr(settings, f.name)
         low, above, high = (f.metadata.get(k) for k in ("at_least", "above", "at_most"))
-        if isinstance(value, bool) or not isinstance(value, int | float) or (low, above, high) == (None, None, None):
+        if isinstance(value, bool) or not isinstance(value, int | float) or {low, above, high} == {None}:
             continue
         if not (
             math.isfinite(value)
@@ -101,7 +100,7 @@ def _file_kind(mode: int) -> str:
 
 
 def _why(e: OSError) -> str:
-    """An OSError's cause, worded for a one-line error."""
+    """An OSError's cause, for a one-line error."""
     return {
         errno.ENOENT: "not found",
         errno.ENAMETOOLONG: "a name too long for the file system",
@@ -118,8 +117,8 @@ def check_path_given(path: str | Path | None, flag: str) -> None:
 
 
 def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
-    """`path` if it is a readable regular file, else a one-line UserError naming `flag`, the cause and `hint`.
-    A FIFO is refused because, with no writer, reading it blocks forever."""
+    """`path` if it is a readable regular file, else a one-line UserError naming `flag`, the cause and `hint` (a FIFO
+    without a writer would block forever)."""
     try:
         mode = os.stat(path).st_mode
         cause = "" if stat.S_ISREG(mode) else f"is {_file_kind(mode)}, not a regular file"
@@ -134,8 +133,8 @@ def check_input(path: str | Path, flag: str, hint: str = "") -> Path:
 
 
 def write_target(path: str | Path, flag: str = "") -> Path:
-    """The file a write to `path` replaces: `path` or a symlink's target. A UserError naming `flag` if that is not a
-    regular file (a rename would replace /dev/null) or cannot be reached."""
+    """The file a write to `path` replaces (a symlink's target); a UserError naming `flag` if that is not a regular
+    file (a rename would replace /dev/null) or cannot be reached."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
@@ -186,7 +185,7 @@ def check_output_dir(path: str | Path, flag: str) -> None:
 
 
 def folders_to_make(folder: str | Path) -> list[Path]:
-    """The folders that making `folder` would create, innermost first (a failed run removes only these)."""
+    """The folders making `folder` would create, innermost first (a failed run removes only these)."""
     missing, folder = [], Path(folder)
     while not os.path.lexists(folder) and folder != folder.parent:
         missing.append(folder)
@@ -203,8 +202,8 @@ def physical_memory() -> float:
 
 
 def training_memory_problem(parameters: int, sizes: str, extra_bytes: int = 0) -> str | None:
-    """Why a model of `parameters` parameters (set by the flags `sizes`) cannot train here, else None. It needs
-    16 bytes a parameter (fp32 weights, gradients, AdamW's moments) plus `extra_bytes`."""
+    """Why a model of `parameters` parameters (flags `sizes`) cannot train here, else None: 16 bytes a parameter
+    (fp32 weights, gradients, AdamW's moments) plus `extra_bytes`."""
     need, have = 16 * parameters + extra_bytes, physical_memory()
     return (
         f"{sizes}: {need / 2**30:,.0f} GiB to train; this machine has {have / 2**30:,.0f} GiB" if need > have else None
@@ -217,7 +216,7 @@ def write_failure(e: OSError, path: str | Path) -> UserError:
 
 
 def run_cli(parse: Callable[[], Any], work: Callable[[Any], object]) -> int:
-    """A small CLI's entry point: work(parse()). Returns argparse's exit code, or 2 after a one-line UserError."""
+    """A small CLI's entry point, work(parse()): argparse's exit code, or 2 after a one-line UserError."""
     try:
         settings = parse()
     except SystemExit as e:
@@ -246,7 +245,7 @@ def _name_max(folder: Path) -> int:
 
 
 def _temporary_stem(target: Path) -> str:
-    """The start of a temporary name for `target`, short enough for any name."""
+    """A temporary name's start for `target`, short enough for any name."""
     return "." + os.fsencode(target.name)[:200].decode(errors="ignore")
 
 
@@ -269,8 +268,8 @@ def _running(pid: int) -> bool:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`, renamed onto it on success, so a crash or error leaves the previous
-    file intact. A symlink at `path` stays and its target is replaced; a replaced file keeps its mode."""
+    """A temporary path beside `path`, renamed onto it on success: a crash or error leaves the previous file intact.
+    A symlink at `path` stays and its target is replaced; a replaced file keeps its mode."""
     target = write_target(path)
     parent = target.parent
     old_mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
@@ -311,8 +310,8 @@ def write_json_atomic(path: str | Path, obj: object) -> None:
 def torch_save_atomic(
     obj: object, path: str | Path, before_rename: Callable[[Path], object] | None = None, sealed: bool = False
 ) -> None:
-    """torch.save `obj` to `path` atomically; `before_rename(temporary)` runs once the temporary is on disk.
-    `sealed` adds the bytes' SHA-256 for torch_load_safe to check."""
+    """torch.save `obj` to `path` atomically; `before_rename(temporary)` runs once it is on disk. `sealed` adds the
+    bytes' SHA-256 for torch_load_safe to check."""
     if sealed:
         buffer = io.BytesIO()
         torch.save(obj, buffer)
@@ -333,12 +332,11 @@ def torch_save_atomic(
 
 
 def refuse_same_file(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
-    """A one-line UserError when an output is the same file as an input or another output, even through
-    links. Keys are flags, values paths or None."""
-    given_outputs = [(flag, Path(p)) for flag, p in outputs.items() if p is not None]
-    given_inputs = [(flag, Path(p)) for flag, p in inputs.items() if p is not None]
-    for i, (flag, out) in enumerate(given_outputs):
-        for other_flag, other in given_outputs[:i] + given_inputs:
+    """A one-line UserError when an output is the same file as an input or another output, even through links
+    ({flag: path or None})."""
+    outs, ins = ([(flag, Path(p)) for flag, p in d.items() if p is not None] for d in (outputs, inputs))
+    for i, (flag, out) in enumerate(outs):
+        for other_flag, other in outs[:i] + ins:
             if _same_file(out, other):
                 raise UserError(f"{flag} {out} is the same file as {other_flag}; choose another name")
 
@@ -384,7 +382,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def provenance(device: torch.device) -> dict:
-    """This checkout's commit ("+changes" if files differ, None outside git) and the machine, for a record."""
+    """This checkout's commit ("+changes" if files differ; None outside git) and the machine."""
 
     def git(*args: str) -> str | None:
         try:
@@ -419,14 +417,14 @@ def cpu_info(path: str | Path = "/proc/cpuinfo") -> dict[str, str]:
 
 
 def locate_data(name: str | Path) -> Path:
-    """Where data file `name` is read: as given, or from data/ when a bare name is missing here."""
+    """Data file `name` as given, or data/'s when a bare name is missing here."""
     path, candidate = Path(name), REPO_ROOT / "data" / Path(name).name
     missing = not os.path.lexists(path) and path.parent == Path(".")
     return candidate if missing and os.path.isfile(candidate) else path
 
 
 def find_data_file(name: str | Path, flag: str) -> Path:
-    """locate_data's file checked as an input, saying so when it is data/'s."""
+    """locate_data's file, checked as an input; said when it is data/'s."""
     path = locate_data(name)
     if path != Path(name):
         print(f"{flag}: {name} is not in the current folder; using {path}")
@@ -457,13 +455,13 @@ def no_thread_tracebacks_for_os_errors() -> Iterator[None]:
 
 
 def epoch_line_due(epoch: int, max_epochs: int) -> bool:
-    """Whether epoch (1-based) gets a line: the first, the last and each that completes a tenth of the run."""
+    """Whether epoch (1-based) gets a line: the first, the last, each completing a tenth of the run."""
     return epoch <= 1 or epoch >= max_epochs or epoch * 10 // max_epochs > (epoch - 1) * 10 // max_epochs
 
 
 class Progress:
-    """Prints `what`'s progress, `update(done)` of `total`, at most every `every` seconds. The time left is
-    estimated after the first update, which pays one-time costs."""
+    """Prints `what`'s progress, `update(done)` of `total`, at most every `every` seconds; the time left from the
+    first update on (it pays one-time costs)."""
 
     def __init__(self, what: str, total: int, every: float = 20.0):
         self.what, self.total, self.every = what, total, every
