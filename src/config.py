@@ -28,9 +28,8 @@ from utils import (
 BLOCK_SIZE = 128
 FUNCTIONS = ("pretrain", "finetune", "evaluate", "ask")
 
-# A preset fills the flags the user left unset, per phase: pretraining, finetuning from scratch, finetuning a
-# pretrained model, and finetuning a recite reader. A phase may also set --schedule ("handout": the course's
-# cosine; "run": one that ends with the run), --order and --decay.
+# A preset fills the flags the user left unset, research settings included, per phase: pretraining, finetuning from
+# scratch, finetuning a pretrained model, and finetuning a recite reader.
 #
 # handout: the course's recipe: batches in file order (its DataLoader does not shuffle), decay on all but the
 #   biases. On a GPU it reaches the course's published figures.
@@ -71,9 +70,9 @@ def flag(
     required_by: tuple[str, ...] = (),
     **rule_and_options: Any,
 ) -> Any:
-    """A RunConfig field that is the flag --<field> (positional=True: an argument) of the `commands` that take it;
-    `help` None hides it. `kind`: a file ("input", "data": also looked for in data/, "output", "output_dir") or free
-    text ("text"). The rest is utils.setting's rule and argparse's options."""
+    """A RunConfig field, the flag --<field> (positional=True: an argument) of `commands`; `help` None hides it.
+    `kind`: a file ("input", "data": also looked for in data/, "output", "output_dir") or free text ("text"). The
+    rest is utils.setting's rule and argparse's options."""
     return setting(
         default, help, group=group, commands=commands, kind=kind, required_by=required_by, **rule_and_options
     )
@@ -88,7 +87,7 @@ HANDOUT, OUTPUTS, TRAINING, RECIPE, RUN, SPEED = (
     "speed",
 )
 TRAIN, PRETRAIN, FINETUNE, EVALUATE = ("pretrain", "finetune"), ("pretrain",), ("finetune",), ("evaluate",)
-LOGGED = ("pretrain", "finetune", "evaluate")
+LOGGED = FUNCTIONS[:3]  # not ask
 
 
 @dataclass
@@ -96,7 +95,7 @@ class RunConfig:
     """Every setting of a run.py command, resolved (see resolve): a field per flag. The sidecar and the
     checkpoint store it whole; these defaults are the only ones."""
 
-    function: str = flag("", "what to do", HANDOUT, commands=())  # the command word, run.py's first argument
+    function: str = flag("", "what to do", HANDOUT, commands=())  # run.py's first argument
     variant: str = flag(
         "", "vanilla, perceiver (2023 handout) or rope (2024 handout)", HANDOUT, positional=True, choices=VARIANTS
     )
@@ -111,7 +110,12 @@ class RunConfig:
         None, "params to load before training or evaluating", HANDOUT, kind="input", required_by=("evaluate", "ask")
     )
     finetune_corpus_path: str | None = flag(
-        None, "question<TAB>place file to finetune on", HANDOUT, FINETUNE, kind="data", required_by=FINETUNE
+        None,
+        "question<TAB>place file to finetune on (pretrain: with --mix_share)",
+        HANDOUT,
+        TRAIN,
+        kind="data",
+        required_by=FINETUNE,
     )
     pretrain_lr: float = flag(6e-3, "peak learning rate", HANDOUT, PRETRAIN, type=float, above=0)
     finetune_lr: float = flag(6e-4, "peak learning rate", HANDOUT, FINETUNE, type=float, above=0)
@@ -194,10 +198,13 @@ class RunConfig:
         RECIPE,
         choices=list(PRESETS),
     )
-    # Research settings that the presets set: not in --help.
+    # Research settings, not in --help. schedule: "handout" (the course's cosine) or "run" (one that ends with the
+    # run); mix_share and full_names: pretraining's data (dataset.py).
     schedule: str = flag("handout", None, RECIPE, TRAIN, choices=["handout", "run"])
     order: str = flag("bucketed", None, RECIPE, TRAIN, choices=ORDERS)
     decay: str = flag("matmul", None, RECIPE, TRAIN, choices=["matmul", "all_but_biases"])
+    mix_share: float = flag(0.0, None, RECIPE, PRETRAIN, type=float, at_least=0, at_most=0.99)
+    full_names: bool = flag(False, None, RECIPE, PRETRAIN, action="store_true")
     budget_minutes: float | None = flag(
         None,
         "stop after this many minutes of training; with --preset cpu "
@@ -238,36 +245,24 @@ class RunConfig:
     )
 
 
-# What defines a run's result: --resume refuses a checkpoint that differs in these (or in the data's hash).
-RESUME_MUST_MATCH = (
-    "variant",
-    "pretrain_lr",
-    "finetune_lr",
-    "bottleneck_dim",
-    "max_epochs",
-    "batch_size",
-    "dropout",
-    "optimizer",
-    "seed",
-    "n_layer",
-    "n_head",
-    "n_embd",
-    "recite",
-    "recite_chars",
-    "schedule",
-    "order",
-    "decay",
+# What --resume checks (and the data's hash): the settings that define a result.
+RESUME_MUST_MATCH = tuple(
+    f.name
+    for f in fields(RunConfig)
+    if f.metadata["group"] in (HANDOUT, TRAINING, RECIPE)
+    and not f.metadata["kind"]
+    and f.name not in ("function", "preset")
 )
 
 
 def preset_value(preset: str, phase: str, name: str) -> Any:
-    """`preset`'s value for `name` in `phase`, else RunConfig's default."""
+    """`preset`'s `name` in `phase`, else RunConfig's default."""
     return PRESETS[preset][phase].get(name, getattr(RunConfig, name))
 
 
 def resolve(typed: dict) -> RunConfig:
-    """A command's RunConfig: what the user typed (None: not typed) wins over the sizes stored with
-    --reading_params_path, which win over the preset's phase and RunConfig's defaults."""
+    """A command's RunConfig: what the user typed (None: not typed), else the sizes stored with
+    --reading_params_path, else the preset's phase, else RunConfig's defaults."""
     function, reading = typed["function"], typed.get("reading_params_path")
     # evaluate and ask read a finetuned model; its phase sets nothing they use
     phase = "pretrain" if function == "pretrain" else "finetune_pretrained" if reading else "finetune"
@@ -321,7 +316,7 @@ def plan_run(
 ) -> RunPlan:
     """run.sh's cpu plan, from the seconds of an epoch of finetune questions and of a dev evaluation here. The
     control takes at most CONTROL_SHARE (control_seconds once it has run), the readers fill what is left above
-    PRETRAIN_SHARE, and the pretrainings share the rest. Epoch counts of None take the preset's."""
+    PRETRAIN_SHARE, and the pretrainings share the rest. Epochs of None: the preset's."""
     total, epochs = total_minutes * 60, {}
     if control_seconds is None:  # else it ran, and said its epochs
         control_epochs = nopretrain_epochs or preset_value("cpu", "finetune", "max_epochs")
@@ -350,7 +345,7 @@ def plan_run(
 
 
 def time_budget(args: RunConfig) -> tuple[float | None, bool]:
-    """(seconds, fit): fit plans the run to fill the budget, else the budget cuts it off."""
+    """(seconds, fit): fit plans the run to fill the budget, else it cuts the run off."""
     if args.budget_minutes is None:
         return None, False
     return args.budget_minutes * 60, args.schedule == "run"
@@ -377,14 +372,13 @@ def size_problem(
     return training_memory_problem(parameters, f"--n_layer {n_layer} --n_embd {n_embd}")
 
 
-def problems(args: RunConfig) -> Iterator[str]:
+def problems(a: RunConfig) -> Iterator[str]:
     """What is wrong with a command's settings, one line each."""
-    yield from setting_problems(args)
-    for f in fields(args):
-        if args.function in f.metadata["required_by"] and getattr(args, f.name) in (None, ""):
+    yield from setting_problems(a)
+    for f in fields(a):
+        if a.function in f.metadata["required_by"] and getattr(a, f.name) in (None, ""):
             what = f"a question after the corpus, {f.metadata['help']}" if f.name == "question" else f"--{f.name}"
-            yield f"{args.function} needs {what}"
-    a = args
+            yield f"{a.function} needs {what}"
     if size := size_problem(a.variant, a.n_layer, a.n_head, a.n_embd):
         yield size
     if a.micro_batch is not None and a.order != "file":
@@ -392,6 +386,8 @@ def problems(args: RunConfig) -> Iterator[str]:
     name = a.tb_expt_name
     if not name or name in (".", "..") or "/" in name or len(name) > 100:
         yield f"--tb_expt_name must be a plain name of at most 100 characters (no folders, not '.'), got {name!r}"
+    if a.function == "pretrain" and bool(a.mix_share) != bool(a.finetune_corpus_path):
+        yield "--mix_share mixes in --finetune_corpus_path's questions: give both or neither"
     if a.recite and a.reading_params_path is None:
         yield "--recite recites with the pretrained --reading_params_path; give it"
     if a.recite_chars is not None and not a.recite:
@@ -405,7 +401,7 @@ def problems(args: RunConfig) -> Iterator[str]:
 
 
 def check_args(args: RunConfig) -> None:
-    """A one-line UserError, before any work, for the first problem in a command's settings or its paths."""
+    """A one-line UserError, before any work, at the first problem in a command's settings or paths."""
     problem = next(problems(args), None)
     if problem is not None:
         raise UserError(problem)

@@ -1,11 +1,11 @@
-"""Data: the vocabulary, the span-corruption pretraining set and the birth-place questions.
-
-Both keep the handout's `ds[i] -> (x, y)` (bench/course.py); our trainer batches an epoch at once (`epoch_batches`).
+"""Data: the vocabulary, the span-corruption pretraining set and the birth-place questions, with the handout's
+`ds[i] -> (x, y)` (bench/course.py); our trainer batches an epoch at once (`epoch_batches`).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +28,8 @@ def reserved_problem(text: str) -> str | None:
 
 
 def question_problem(text: str, block_size: int) -> str | None:
-    """Why `text` (not empty) cannot be a question: a line break, a reserved character, or no room left for a
-    MASK and an answer; else None."""
+    """Why `text` (not empty) cannot be a question: a line break, a reserved character, or no room for a MASK and an
+    answer; else None."""
     if "\n" in text or "\r" in text:
         return "holds a line break; give one line"
     if len(text) + 2 > block_size:
@@ -64,7 +64,7 @@ class Vocabulary:
 
 
 def read_text(path: str | Path, flag: str = "") -> str:
-    """A whole UTF-8 file (checked by utils.check_input), or a UserError saying why it cannot be read."""
+    """A whole UTF-8 file (utils.check_input), or a UserError saying why not."""
     try:
         text = check_input(path, flag).read_text(encoding="utf-8")
         why = "starts with a UTF-8 byte-order mark; save it as UTF-8 without one" if text.startswith("\ufeff") else ""
@@ -86,8 +86,8 @@ def max_truncated_len(block_size: int) -> int:
 
 
 class BatchedDataset(Dataset):
-    """A dataset batched a whole epoch at a time. Subclasses give `epoch_examples(order (N,), rng)`, which returns
-    ids and targets (N, block_size), targets 0 where not trained, and real_len (N,)."""
+    """A dataset batched a whole epoch at a time: `epoch_examples(order (N,), rng)` gives ids and targets
+    (N, block_size), targets 0 where not trained, and real_len (N,)."""
 
     def __len__(self) -> int:
         return len(self.data)
@@ -114,17 +114,36 @@ class BatchedDataset(Dataset):
             yield torch.from_numpy(ids[idx, :width]), torch.from_numpy(targets[idx, 1 : width + 1])
 
 
-class CharCorruptionDataset(BatchedDataset):
-    """Span-corruption examples, one per document (corpus line) per epoch: ds[i] -> (x, y), LongTensors of
-    length block_size - 1, y = x shifted by one. The corpus defines the vocabulary."""
+NAME = re.compile(r"(.+?)(?<!\b[A-Z])(?<!\b[JS]r)\. ")  # a line's name: to the first ". " after no initial, Jr or Sr
 
-    def __init__(self, data: str, block_size: int, source: str = "corpus") -> None:
+
+def full_name(line: str) -> str:
+    """--full_names: in a line `Full Name. biography`, the surname (the name's last word) alone becomes the full name,
+    but not after a capitalised word or one of the name (Toulmin Smith, William Smith, de Majo), nor in names of one
+    word, with a comma (titles, Jr.) or `of Place`."""
+    m = NAME.match(line)
+    words = m[1].split() if m else []
+    if len(words) < 2 or "," in m[1] or words[-2] in ("of", "the", "and"):
+        return line
+    bio = line[m.end() :]
+
+    def name_or_word(found: re.Match) -> str:
+        before = (bio[: found.start()].split() or [","])[-1]
+        return found[0] if before in words or before[0].isupper() and before[-1].isalpha() else m[1]
+
+    return line[: m.end()] + re.sub(rf"(?<!\w){re.escape(words[-1])}(?!\w)", name_or_word, bio)
+
+
+class CharCorruptionDataset(BatchedDataset):
+    """Span-corruption examples, one per document (corpus line) per epoch: ds[i] -> (x, y) of length block_size - 1,
+    y = x shifted by one. The corpus defines the vocabulary, which `full_names` (full_name) leaves as it is."""
+
+    def __init__(self, data: str, block_size: int, source: str = "corpus", full_names: bool = False) -> None:
         self.vocab = Vocabulary(data)
-        self.stoi, self.itos = self.vocab.stoi, self.vocab.itos
         self.vocab_size = len(self.vocab)
         self.block_size = block_size
         self.example_length = block_size - 1
-        self.data = [line for line in data.split("\n") if line]
+        self.data = [full_name(d) if full_names else d for d in data.split("\n") if d]
         if not any(line.strip() for line in self.data):
             raise UserError(f"{source}: contains no documents (no line with anything but spaces)")
         # Documents as padded ids, cut to the block_size characters an example can read.
@@ -176,8 +195,8 @@ class Question:
 
 
 def read_questions(path: str | Path, require_place: bool) -> list[Question | None]:
-    """Parse a birth-place TSV into one entry per line, None for a blank one. Lines are `question<TAB>place`, or
-    `question` if not require_place, and all or none have a place. Bad lines are a UserError naming file and line."""
+    """A birth-place TSV, an entry per line (None: blank): `question<TAB>place`, or `question` if not require_place,
+    all or none with a place. A bad line is a UserError naming file and line."""
     lines = read_text(path).removesuffix("\n").split("\n")  # a final newline ends the last line, starts none
     out: list[Question | None] = []
     for n, raw in enumerate(lines, start=1):
@@ -207,15 +226,14 @@ def read_questions(path: str | Path, require_place: bool) -> list[Question | Non
 
 
 def score_places(questions: list[Question], predictions: list[str]) -> tuple[int, int]:
-    """(total, correct) of predictions (one per question) against the gold places, counting only questions with a
-    place, as the handout does."""
+    """(total, correct) of predictions (one per question) against the gold places given, as the handout counts."""
     pairs = [(p, q.place) for p, q in zip(predictions, questions, strict=True) if q.place is not None]
     return len(pairs), sum(p == gold for p, gold in pairs)
 
 
 class NameDataset(BatchedDataset):
-    """Finetuning examples `question MASK place MASK`, padded: ds[i] -> (x, y) as in CharCorruptionDataset, but y
-    is PAD over the question, so only the answer (the place and its MASKs) is trained."""
+    """Finetuning examples `question MASK place MASK`, padded: ds[i] -> (x, y) as in CharCorruptionDataset, y PAD
+    over the question: only the answer (the place and its MASKs) is trained."""
 
     def __init__(self, pretraining_dataset: CharCorruptionDataset, source: str | Path | list[Question]):
         """source: a question<TAB>place file, or a list of questions (for a recite reader, recitations)."""
@@ -247,9 +265,30 @@ class NameDataset(BatchedDataset):
         return self.ids[order], self.targets[order], self.real_len[order]
 
 
+class MixedDataset(BatchedDataset):
+    """--mix_share F: each epoch, every document's corrupted example and n = round(F / (1 - F) * documents) finetuning
+    examples (the answer trained) of the `questions` file, F of all: shuffled by the epoch's generator, cycled to n,
+    in the file order spread evenly among the documents."""
+
+    def __init__(self, corpus: CharCorruptionDataset, questions: Path, share: float):
+        self.corpus, self.questions, docs = corpus, NameDataset(corpus, questions), len(corpus)
+        self.example_length = corpus.example_length
+        n = round(share / (1 - share) * docs)
+        # example i: document data[i], or a question (>= docs)
+        self.data = np.argsort(np.r_[np.arange(docs) / docs, (np.arange(n) + 0.5) / n], kind="stable")
+
+    def epoch_examples(self, order: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        slot = self.data[order]
+        asked = slot >= len(self.corpus)
+        picks = np.resize(rng.permutation(len(self.questions)), asked.sum())
+        parts = zip(self.corpus.epoch_examples(slot[~asked], rng), self.questions.epoch_examples(picks, rng))
+        where = np.argsort(np.argsort(asked, kind="stable"))
+        return tuple(np.concatenate(part)[where] for part in parts)
+
+
 def micro_batches(x: torch.Tensor, y: torch.Tensor, size: int) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
     """Parts (x, y, share of the targets) of a batch x, y (B, T): all of it (size 0 or >= B), or rows in groups of
-    `size` by where their targets end, cropped there. The shares weigh a mean loss over non-PAD targets."""
+    `size` by where their targets end, cropped there."""
     if not size or size >= len(x):
         return [(x, y, 1.0)]
     targets = y != 0  # (B, T)

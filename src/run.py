@@ -9,7 +9,7 @@
 
 Variants: vanilla, perceiver (2023; add --bottleneck_dim 64), rope (2024). The corpus (third argument)
 defines the vocabulary in every mode; a bare data file name missing here is read from data/. --preset
-handout (the default) is the course's recipe; --preset cpu is the recipe for a small CPU (README).
+handout (the default) is the course's recipe, --preset cpu a small CPU's (README).
 """
 
 # ruff: noqa: E402 - the SIGINT handler must come before importing torch
@@ -55,7 +55,7 @@ from config import (
     resolve,
     time_budget,
 )
-from dataset import CharCorruptionDataset, NameDataset, read_text
+from dataset import BatchedDataset, CharCorruptionDataset, MixedDataset, NameDataset, read_text
 from logs import tensorboard_run
 from model import GPT
 from params import load_params, read_sidecar, save_params, sidecar_path
@@ -77,26 +77,21 @@ from utils import (
 
 def data_files(args: RunConfig) -> dict[str, Path]:
     """The command's data files by flag, as locate_data finds them."""
-    names = {
-        "the pretraining corpus": args.pretrain_corpus_path,
-        "--finetune_corpus_path": args.finetune_corpus_path,
-        "--eval_corpus_path": args.eval_corpus_path,
-    }
+    names = {"the pretraining corpus": args.pretrain_corpus_path}
+    names |= {f"--{k}": getattr(args, k) for k in ("finetune_corpus_path", "eval_corpus_path")}
     return {flag: locate_data(name) for flag, name in names.items() if name is not None}
 
 
 def refuse_overwriting_inputs(args: RunConfig) -> None:
-    """Refuse an output, or a file written beside one (a sidecar, a .ckpt), that is also an input or another
-    output. Before any work, check that the files beside the outputs can be written (check_args did the outputs)."""
+    """Refuse an output, or a file written beside one (a sidecar, a .ckpt), that is also an input or another output;
+    check before any work that those beside can be written (check_args did the outputs)."""
     read, written, outputs_path = args.reading_params_path, args.writing_params_path, args.outputs_path
-    inputs = {**data_files(args), "--reading_params_path": read}
-    inputs["--reading_params_path's sidecar"] = read and sidecar_path(read)
-    outputs = {
-        "--outputs_path": outputs_path,
-        "--scores_path": args.scores_path,
-        "--tb_dir": args.tb_dir,
-        "--writing_params_path": written,
+    inputs = {
+        **data_files(args),
+        "--reading_params_path": read,
+        "--reading_params_path's sidecar": read and sidecar_path(read),
     }
+    outputs = {f"--{k}": getattr(args, k) for k in ("outputs_path", "scores_path", "tb_dir", "writing_params_path")}
     beside = {
         "--writing_params_path's sidecar": written and sidecar_path(written),
         "--writing_params_path's checkpoint": written and f"{written}.ckpt",
@@ -112,8 +107,8 @@ TRAINER_SETTINGS = "max_epochs batch_size max_steps order decay optimizer seed c
 
 
 def resume(args: RunConfig, trainer: Trainer) -> None:
-    """With --resume, continue `trainer` from its checkpoint, refusing one made with other RESUME_MUST_MATCH
-    settings, data or starting params. Without it, warn if a checkpoint will be replaced."""
+    """With --resume, continue `trainer` from its checkpoint, refusing one of other RESUME_MUST_MATCH settings, data
+    or starting params; without, warn if a checkpoint will be replaced."""
     path = trainer.config.ckpt_path
     if not args.resume:
         if os.path.exists(path):
@@ -155,9 +150,8 @@ def train(
     command: str,
 ) -> dict:
     """Pretrain or finetune, write --writing_params_path, and return the run's record (run_record)."""
-    parent = None  # the SHA-256 of the params it starts from
-    if args.reading_params_path is not None:
-        parent = load_params(model, corpus.vocab, args.reading_params_path)
+    start = args.reading_params_path
+    parent = start and load_params(model, corpus.vocab, start)  # the SHA-256 of the params it starts from
     ckpt_path = f"{args.writing_params_path}.ckpt"
     check_room(ckpt_path, args.writing_params_path, model)
     dataset, extra = training_data(args, corpus, model, device)
@@ -197,14 +191,14 @@ def train(
 
 
 def check_room(ckpt_path: str, params_path: str, model: GPT) -> None:
-    """A UserError when the disk cannot hold two checkpoints (each under 3x the weights) and the params."""
+    """A UserError unless the disk holds two checkpoints (each under 3x the weights) and the params."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     replaced = sum(os.path.getsize(p) for p in (ckpt_path, params_path) if os.path.isfile(p))
     check_free_space(ckpt_path, 7 * weights - replaced, "two checkpoints (one replacing the other), params")
 
 
 def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
-    """Remove the checkpoint of a finished run; returns what the last line adds about a resumable one."""
+    """Remove a finished run's checkpoint; what the last line adds about a resumable one."""
     s = trainer.state
     if not s.stop and s.epoch < s.max_epochs and ckpt_path.is_file():  # --max_steps
         return f"; kept {ckpt_path} ({ckpt_path.stat().st_size / 1e6:.0f} MB) for --resume"
@@ -214,8 +208,8 @@ def end_of_run(trainer: Trainer, ckpt_path: Path) -> str:
 
 def training_data(
     args: RunConfig, corpus: CharCorruptionDataset, model: GPT, device: torch.device
-) -> tuple[CharCorruptionDataset | NameDataset, dict]:
-    """What this command trains on (the corpus, the questions, or a reader's recitations) and what its sidecar adds."""
+) -> tuple[BatchedDataset, dict]:
+    """What this command trains on (the corpus, maybe mixed, the questions, or recitations), what its sidecar adds."""
     start = args.reading_params_path
     if start is not None and (read_sidecar(start) or {}).get("protocol") == "recite":
         if args.recite:
@@ -223,9 +217,9 @@ def training_data(
                 f"--reading_params_path {start} is a recite reader; --recite recites with pretrained params"
             )
         print(f"note: {start} is a recite reader: training starts from its weights and answers directly")
+    path = args.finetune_corpus_path and locate_data(args.finetune_corpus_path)
     if args.function == "pretrain":
-        return corpus, {}
-    path = locate_data(args.finetune_corpus_path)
+        return (MixedDataset(corpus, path, args.mix_share) if path else corpus), {}
     if not args.recite:
         return NameDataset(corpus, path), {}
     most = args.max_steps * args.batch_size if args.max_steps else None
@@ -235,7 +229,7 @@ def training_data(
 
 
 def announce(args: RunConfig, cfg: TrainerConfig, examples: int, device: torch.device, fit: bool) -> None:
-    """Print what this run trains and for how long; warn when the handout's recipe runs on a CPU."""
+    """Print what this run trains and how long; warn of the handout's recipe on a CPU."""
     planned = f" at most, planned to {args.budget_minutes:g} minutes after every epoch" if fit else ""
     print(f"{args.function} {args.variant}: {examples} examples, {plural(cfg.max_epochs, 'epoch')}{planned}, {device}")
     if device.type == "cpu" and args.preset == "handout":
@@ -250,7 +244,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def stop_on_signals(trainer: Trainer) -> Iterator[None]:
-    """Inside, SIGINT, SIGTERM and SIGHUP ask `trainer` to checkpoint and stop after its current step."""
+    """Inside, STOP_SIGNALS ask `trainer` to checkpoint and stop after its current step."""
 
     def request_stop(signum: int, frame: object) -> None:
         trainer.stop_requested = True
@@ -264,7 +258,7 @@ def stop_on_signals(trainer: Trainer) -> Iterator[None]:
 
 
 def run_record(trainer: Trainer, pace: budget.Pace) -> dict:
-    """How far training got and how long it took, for the params sidecar."""
+    """How far training got and how long it took (for the sidecar)."""
     s = trainer.state
     return {
         "steps": s.step,
@@ -306,8 +300,8 @@ COMMANDS_HELP = """commands (run.py COMMAND --help lists a command's flags):
 
 
 def make_parser(command: str | None = None) -> Parser:
-    """The parser of `command`'s RunConfig fields, by help group, or without a command the overview's.
-    Every default is None so that config.resolve can tell what was typed."""
+    """The parser of `command`'s RunConfig fields, by help group, or without a command the overview's; every default
+    None, so that config.resolve can tell what was typed."""
     if command is None:
         p = Parser(
             prog="run.py",
@@ -433,16 +427,16 @@ def resolved_config(argv: list[str]) -> RunConfig:
 
 
 def prepare(args: RunConfig) -> tuple[CharCorruptionDataset, GPT, torch.device]:
-    """Check the outputs, seed, set the device and threads, and load the corpus (the vocabulary) and model."""
+    """Check the outputs, seed, set the device and threads; the corpus (the vocabulary), model and device."""
     refuse_overwriting_inputs(args)
     seed_everything(args.seed)
     device = machine.pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus_path = locate_data(args.pretrain_corpus_path)
-    corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, source=str(corpus_path))
+    corpus = CharCorruptionDataset(read_text(corpus_path), BLOCK_SIZE, str(corpus_path), args.full_names)
     if args.function != "ask":  # ask prints only its answer, not the settings
-        used = [f.name for f in dataclasses.fields(args) if args.function in f.metadata["commands"]]
+        used = [k for k, f in FIELDS.items() if args.function in f.metadata["commands"]]
         shown = [f"{k} {getattr(args, k)}" for k in used if getattr(args, k) not in (None, False, "")]
         print("settings: " + ", ".join(shown))
     return corpus, build_model(args, corpus.vocab_size), device

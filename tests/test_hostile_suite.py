@@ -105,6 +105,7 @@ ALLOWED = {
     **{(f"run.py {c}", "dropout", "0"): "no dropout (the cpu preset's)" for c in ("pretrain", "finetune")},
     **{(f"run.py {c}", "micro_batch", v): "0: whole batches; more rows than a batch: the same"
        for c in ("pretrain", "finetune") for v in ("0", str(10**12))},
+    ("run.py pretrain", "mix_share", "0"): "no questions mixed in (the default)",
     **{(f"run.py {c}", "budget_minutes", str(10**12)): "a budget is a cap, and the cpu preset plans to it"
        for c in ("pretrain", "finetune")},
     ("addsub.py data", "seed", "0"): "any seed 0..2**32-1 makes a split",
@@ -259,6 +260,7 @@ def base_argv(entry: str, d: Path) -> list[str]:
 
 NEEDS = {  # flags that only apply together with others
     ("run.py finetune", "recite_chars"): ["--recite", "--reading_params_path", "{d}/model.params"],
+    ("run.py pretrain", "finetune_corpus_path"): ["--mix_share", "0.2"],
 }
 
 
