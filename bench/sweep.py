@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import torch  # noqa: E402
 from research import VARIANTS, append_jsonl  # noqa: E402
 
-from run import extra_flags  # noqa: E402
+from run import FIELDS, extra_flags  # noqa: E402
 from utils import UserError, file_sha256, locate_data, write_json_atomic, write_text_atomic  # noqa: E402
 
 RAY_PIN = "ray==2.60.0"  # as requirements-dev.txt pins it
@@ -69,6 +69,8 @@ SWEEP_SETS = {
     "budget_minutes": "give the sweep --budget_minutes",
     "recite": "give --protocols",
 }
+FILE_FLAGS = {f"--{k}" for k, f in FIELDS.items() if f.metadata["kind"] not in ("", "text")}
+QUESTIONS = ["--finetune_corpus_path", "birth_places_train.tsv"]  # run.sh's finetunes' file
 RETRIED_EXIT = {130, 137, 143}  # a step stopped by a signal (its own handler, or the shell's 128 + N)
 
 
@@ -306,7 +308,13 @@ def make_cells(args: argparse.Namespace, preset: str) -> list[Cell]:
     hashes, cells = data_hashes(), []
     for arm, words in arms:
         name = "--extra and --arm " + arm if args.extra and words else "--extra" if args.extra else "--arm " + arm
-        flags = extra_flags(shlex.split(args.extra) + shlex.split(words), preset, args.variants, name, SWEEP_SETS)
+        given = shlex.split(args.extra) + shlex.split(words)
+        # Mixed pretraining (--mix_share) reads the finetunes' questions file, which the sweep names for it too.
+        mixed = any(w.partition("=")[0] == "--mix_share" for w in given)
+        if mixed and any(w.partition("=")[0] in FILE_FLAGS for w in given):
+            raise UserError(f"{name} must not name a file: {SWEEP_SETS['files']}")
+        sets = {**SWEEP_SETS, "files": ""} if mixed else SWEEP_SETS
+        flags = extra_flags(given + QUESTIONS * mixed, preset, args.variants, name, sets)
         for seed in args.seeds:
             for variant in args.variants:
                 cells.append(Cell(variant, seed, arm, flags, preset, list(args.protocols), args.pretrain_epochs,
