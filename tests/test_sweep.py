@@ -161,6 +161,8 @@ def test_a_second_run_of_the_same_sweep_skips_the_finished_cells(swept):
         (["--budget_minutes", "nan"], "--budget_minutes must be a positive number"),
         (["--record", "--pretrain_epochs", "1"], "--record records full cells of the plain recipe only"),
         (["--runs_per_gpu", "2"], "--runs_per_gpu: this machine has no GPU"),
+        (["--arm", "m=--mix_share 0.2 --reading_params_path x.params"], "--arm m must not name a file"),
+        (["--arm", "m=--mix_share 2"], "--mix_share must be between 0 and 0.99, got 2.0"),
     ],
 )
 def test_a_bad_setting_is_refused_in_one_line_before_any_cell_runs(tmp_path, capsys, flags, said):
@@ -195,3 +197,12 @@ def test_a_recite_cell_runs_run_sh_s_reader_steps_with_its_file_names():
     dev = steps["perceiver_recite_dev"]
     assert dev[dev.index("--outputs_path") + 1] == "F/perceiver.recite.dev.predictions"
     assert dev[dev.index("--scores_path") + 1] == "F/perceiver.recite.dev.scores.tsv"
+
+
+def test_a_mixed_pretraining_arm_reads_the_questions_the_finetunes_read():
+    args = sweep.parse_args(["--variants", "rope", "--arm", "mixed=--mix_share 0.2 --full_names", "--preset", "cpu"])
+    [cell] = sweep.make_cells(args, "cpu")
+    pretrain, finetune = (s.argv for s in sweep.cell_steps(cell, "F")[:2])
+    assert pretrain[-5:] == ["--mix_share", "0.2", "--full_names", "--finetune_corpus_path", "birth_places_train.tsv"]
+    assert finetune[finetune.index("--finetune_corpus_path") + 1] == "birth_places_train.tsv"
+    assert "--mix_share" not in finetune and "--full_names" not in finetune
