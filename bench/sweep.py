@@ -279,8 +279,8 @@ def check_args(args: argparse.Namespace) -> Iterator[str]:
         yield f"--budget_minutes must be a positive number of minutes, got {args.budget_minutes}"
     names = [arm.partition("=")[0] for arm in args.arm]
     for arm, name in zip(args.arm, names, strict=True):
-        if "=" not in arm or not name or not name.replace("-", "").replace(".", "").isalnum():
-            yield f"--arm {arm!r}: give NAME=FLAGS, a name of letters, digits, '-' or '.'"
+        if "=" not in arm or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            yield f"--arm {arm!r}: give NAME=FLAGS, a name of letters, digits, '-', '_' or '.'"
         elif names.count(name) > 1:
             yield f"--arm: {name} is named twice"
     out = Path(args.out)
