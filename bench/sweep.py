@@ -121,13 +121,10 @@ def cell_steps(cell: Cell, folder: str) -> list[Step]:
         Step(f"{v}_pretrain", ["pretrain", v, "wiki.txt", "--writing_params_path", pretrained, *limit["pretrain"],
                                *budget, *common, *cell.flags["pretrain"]], pretrained),
     ]  # fmt: skip
-    answers = {
-        "direct": ("finetune", "finetune", "pretrain", []),
-        "recite": ("reader", "reader", "recite", ["--recite"]),
-    }
+    answers = {"direct": ("finetune", "pretrain", []), "recite": ("reader", "recite", ["--recite"])}
     for protocol in cell.protocols:
-        step, params_name, prefix, recite = answers[protocol]
-        params, out = str(f / f"{v}.{params_name}.params"), str(f / f"{v}.{prefix}")
+        step, prefix, recite = answers[protocol]  # the params' name is the step's: run.sh's files
+        params, out = str(f / f"{v}.{step}.params"), str(f / f"{v}.{prefix}")
         evaluate = ["evaluate", v, "wiki.txt", "--reading_params_path", params, *common, *cell.flags["evaluate"]]
         steps += [
             Step(f"{v}_{step}", ["finetune", v, "wiki.txt", "--reading_params_path", pretrained, "--writing_params_path",

@@ -206,3 +206,22 @@ def test_a_mixed_pretraining_arm_reads_the_questions_the_finetunes_read():
     assert pretrain[-5:] == ["--mix_share", "0.2", "--full_names", "--finetune_corpus_path", "birth_places_train.tsv"]
     assert finetune[finetune.index("--finetune_corpus_path") + 1] == "birth_places_train.tsv"
     assert "--mix_share" not in finetune and "--full_names" not in finetune
+
+
+def test_ctrl_c_on_the_driver_stops_the_sweep_leaving_no_half_written_file(tmp_path):
+    out = tmp_path / "out"
+    command = sweep_command(out, "--variants", "vanilla", "--seeds", "0")
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    checkpoint = cell_folder(out, "vanilla") / "vanilla.pretrain.params.ckpt"
+    deadline = time.monotonic() + LIMIT
+    while not checkpoint.exists() and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=LIMIT)
+    assert proc.returncode == 130
+    assert [line for line in stderr.splitlines() if line.startswith("sweep:")] == [
+        "sweep: interrupted; finished cells are recorded, and the same command continues the rest "
+        "(a step resumes from its checkpoint)"
+    ]
+    assert not (out / "rows.jsonl").exists() and not (cell_folder(out, "vanilla") / "cell.json").exists()
