@@ -501,16 +501,19 @@ def main(argv: list[str] | None = None) -> int:
         if problem := next(check_args(args), None):
             raise UserError(problem)
         cells = make_cells(args, args.preset or ("handout" if on_gpus(args) else "cpu"))
-        ray, cluster = start_ray(args)
-        asks, at_once = resources(args, cluster)
         out = Path(args.out)
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"--out {args.out}: cannot be made ({e.strerror})") from None
-        todo = [c for c in cells if not finished(out / c.name, c.key)]
-        say_plan(todo, len(cells) - len(todo), asks, at_once, args)
-        failed = run_sweep(args, ray, todo, asks, at_once) if todo else []
+        todo, failed = [c for c in cells if not finished(out / c.name, c.key)], []
+        if todo:  # Ray starts only for work
+            ray, cluster = start_ray(args)
+            asks, at_once = resources(args, cluster)
+            say_plan(todo, len(cells) - len(todo), asks, at_once, args)
+            failed = run_sweep(args, ray, todo, asks, at_once)
+        else:
+            print(f"sweep: all {len(cells)} cells already finished in {args.out}")
         records = [r for c in cells if (r := finished(out / c.name, c.key))]
         about = f"{len(records)} of {len(cells)} cells finished; `python bench/sweep.py {shlex.join(argv or sys.argv[1:])}`."
         print(write_summary(out, records, about))
