@@ -54,7 +54,7 @@ import torch  # noqa: E402
 from research import VARIANTS, append_jsonl  # noqa: E402
 
 from run import FIELDS, extra_flags  # noqa: E402
-from utils import UserError, file_sha256, locate_data, write_json_atomic, write_text_atomic  # noqa: E402
+from utils import UserError, atomic_path, file_sha256, locate_data, write_json_atomic, write_text_atomic  # noqa: E402
 
 RAY_PIN = "ray==2.60.0"  # as requirements-dev.txt pins it
 DATA = ("wiki.txt", "birth_places_train.tsv", "birth_dev.tsv", "birth_test_inputs.tsv")
@@ -229,9 +229,8 @@ def write_files(folder: Path, files: dict[str, bytes]) -> None:
         path = folder / name
         if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
             continue
-        tmp = folder / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
 
 
 # ---------------------------------------------------------------------------------------------- the driver
@@ -348,14 +347,13 @@ def no_interruption() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def record_cell(cell: Cell, result: dict, folder: Path, args: argparse.Namespace) -> dict:
-    """Write the cell's files and its cell.json (the rows `RECORD=1 bash run.sh` would append); with --record,
-    append them to bench/results/runs.jsonl. Returns the record."""
+def record_cell(cell: Cell, result: dict, folder: Path, args: argparse.Namespace, gold: tuple) -> dict:
+    """Write the cell's files and its cell.json (the rows `RECORD=1 bash run.sh` would append, scored against
+    `gold`, report.gold_and_documents); with --record, append them to bench/results/runs.jsonl. Returns the record."""
     import report
 
     write_files(folder, result["files"])
-    entries, documents = report.gold_and_documents(locate_data("birth_dev.tsv"), locate_data("wiki.txt"))
-    rows = report.folder_rows(folder, entries, documents)
+    rows = report.folder_rows(folder, *gold)
     lines = report.record_rows(rows, result["machine"], folder, cell.preset, cell.seed, cell_command(cell, args))
     record = {"key": cell.key, "cell": asdict(cell), "host": result["host"], "rows": lines,
               "minutes": round(result["seconds"] / 60, 2), "finished": datetime.datetime.now().isoformat()}  # fmt: skip
@@ -467,6 +465,9 @@ def run_sweep(args: argparse.Namespace, ray: object, todo: list[Cell], asks: dic
     target = {c.name: str((out / c.name).resolve() if local or out.is_absolute() else out / c.name) for c in todo}
     data = ray.put({} if local else {name: locate_data(name).read_bytes() for name in DATA})  # once, shared
     pending = {task.remote(c, target[c.name], local, threads, args.fetch_params, data): c for c in todo}
+    import report
+
+    gold = report.gold_and_documents(locate_data("birth_dev.tsv"), locate_data("wiki.txt"))  # once, for every cell
     failed, minutes, start = [], [], time.perf_counter()
     while pending:
         [ready], _ = ray.wait(list(pending), num_returns=1)
@@ -481,7 +482,7 @@ def run_sweep(args: argparse.Namespace, ray: object, todo: list[Cell], asks: dic
             print(failed[-1], file=sys.stderr)
             continue
         with no_interruption():
-            record = record_cell(cell, result, out / cell.name, args)
+            record = record_cell(cell, result, out / cell.name, args, gold)
         minutes.append(record["minutes"])
         left = math.ceil(len(pending) / at_once) * statistics.mean(minutes)
         so_far = (time.perf_counter() - start) / 60
